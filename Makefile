@@ -1,0 +1,128 @@
+# memlyze - build, test, install.
+#
+#   make                 build everything under build/
+#   make test            build and run every test; ends with "N passed, N failed"
+#   make asan            the unit tests under ASan+UBSan (also part of make test)
+#   make fuzz            run the reader fuzzer for FUZZ_SECONDS (default 60)
+#   make deps            apt-get the Debian packages the build and tests need
+#   make install PREFIX=/usr/local
+#
+# SANITIZE=address,undefined or SANITIZE=thread builds into its own folder,
+# so sanitized and plain objects never mix.
+
+CC       ?= gcc
+PREFIX   ?= /usr/local
+SANITIZE ?=
+FUZZ_SECONDS ?= 60
+
+comma := ,
+O := build$(if $(SANITIZE),/san-$(subst $(comma),-,$(SANITIZE)))
+
+# Every object is PIC with hidden visibility: the same objects link into the
+# memlyze tools and into the injected libmemlyze.so, which exports only the
+# symbols marked MLZ_EXPORT.
+CFLAGS  ?= -O2 -g
+CFLAGS  += -std=c11 -Wall -Wextra -Werror -D_GNU_SOURCE -fPIC -fvisibility=hidden \
+           -MMD -MP -Iformat -Icore -Igotpatch -Ipayload
+ifneq ($(SANITIZE),)
+CFLAGS  += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=all
+LDFLAGS += -fsanitize=$(SANITIZE)
+endif
+
+SYSLIBS := -ljansson -llz4 -ldw -lelf -lcapstone -lz -lpthread -lm -ldl
+
+FORMAT_OBJ := $(patsubst %.c,$(O)/%.o,$(wildcard format/*.c))
+CORE_OBJ   := $(patsubst %.c,$(O)/%.o,$(wildcard core/*.c))
+GOT_OBJ    := $(patsubst %.c,$(O)/%.o,$(wildcard gotpatch/*.c))
+PAYLOAD_OBJ:= $(patsubst %.c,$(O)/%.o,$(wildcard payload/*.c))
+READER_OBJ := $(patsubst %.c,$(O)/%.o,$(wildcard reader/*.c))
+UNIT_SRC   := $(wildcard tests/unit/test_*.c)
+UNIT_BIN   := $(patsubst tests/unit/%.c,$(O)/tests/%,$(UNIT_SRC))
+BENCH_BIN  := $(patsubst bench/%.c,$(O)/bench/%,$(wildcard bench/*.c))
+
+LIBFORMAT := $(O)/libmlzformat.a
+LIBCORE   := $(O)/libmlzcore.a
+LIBGOT    := $(O)/libmlzgot.a
+PAYLOAD   := $(if $(PAYLOAD_OBJ),$(O)/lib/libmemlyze.so)
+MEMLYZE   := $(O)/bin/memlyze
+LIBS      := $(LIBGOT) $(LIBCORE) $(LIBFORMAT)
+
+.PHONY: all test asan tsan-bins unit-bins fuzz deps install clean bench
+all: $(MEMLYZE) $(PAYLOAD) $(UNIT_BIN) $(BENCH_BIN)
+
+$(O)/%.o: %.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(LIBFORMAT): $(FORMAT_OBJ)
+	@mkdir -p $(@D)
+	rm -f $@ && ar rcs $@ $^
+
+$(LIBCORE): $(CORE_OBJ)
+	@mkdir -p $(@D)
+	rm -f $@ && ar rcs $@ $^
+
+$(LIBGOT): $(GOT_OBJ)
+	@mkdir -p $(@D)
+	rm -f $@ && ar rcs $@ $^
+
+# The injected library: libc is its only runtime dependency, so it loads in
+# any target (containers, other mount namespaces) that has a glibc.
+$(O)/lib/libmemlyze.so: $(PAYLOAD_OBJ) $(LIBS)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -shared -Wl,-z,now -Wl,--no-undefined -o $@ $(PAYLOAD_OBJ) \
+	    -Wl,--whole-archive $(LIBCORE) -Wl,--no-whole-archive $(LIBGOT) $(LIBFORMAT) -lpthread -lm -ldl
+
+$(MEMLYZE): $(READER_OBJ) $(LIBS)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $(READER_OBJ) $(LIBS) $(SYSLIBS)
+
+$(O)/tests/%: $(O)/tests/unit/%.o $(LIBS)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $< $(LIBS) $(SYSLIBS)
+
+$(O)/bench/%: $(O)/bench/%.o $(LIBS)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $< $(LIBS) $(SYSLIBS)
+
+unit-bins: $(UNIT_BIN) $(MEMLYZE)
+
+# Lock-free structures get a ThreadSanitizer build of their own tests.
+TSAN_TESTS := $(patsubst tests/unit/%.c,%,$(wildcard tests/unit/test_lf_*.c))
+tsan-bins: $(addprefix $(O)/tests/,$(TSAN_TESTS))
+
+test: all
+	@$(MAKE) --no-print-directory SANITIZE=address,undefined unit-bins
+	@$(MAKE) --no-print-directory SANITIZE=thread tsan-bins
+	@tests/run.sh
+
+asan:
+	@$(MAKE) --no-print-directory SANITIZE=address,undefined unit-bins
+	@tests/run.sh --only build/san-address-undefined
+
+# libFuzzer needs clang; the corpus seeds come from tests/fuzz/corpus.
+FUZZ_BIN := build/fuzz/fuzz_reader
+$(FUZZ_BIN): tests/fuzz/fuzz_reader.c $(wildcard format/*.c) $(wildcard format/*.h)
+	@mkdir -p $(@D)
+	clang -std=c11 -g -O1 -D_GNU_SOURCE -Iformat -fsanitize=fuzzer,address,undefined \
+	    -o $@ tests/fuzz/fuzz_reader.c $(wildcard format/*.c) -ljansson -llz4
+fuzz: $(FUZZ_BIN)
+	@mkdir -p build/fuzz/corpus
+	$(FUZZ_BIN) -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -timeout=10 \
+	    build/fuzz/corpus tests/fuzz/corpus
+
+bench: all
+	$(O)/bench/bench_format
+
+deps:
+	@tests/install-deps.sh
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1
+	install -m 755 $(MEMLYZE) $(DESTDIR)$(PREFIX)/bin/memlyze
+	install -m 644 docs/memlyze.1 $(DESTDIR)$(PREFIX)/share/man/man1/memlyze.1
+
+clean:
+	rm -rf build
+
+-include $(shell find build -name '*.d' 2>/dev/null)

@@ -1,0 +1,526 @@
+/*
+ * reader.c - streams and validates .mlyze files.
+ *
+ * Memory is bounded by the metadata plus one buffer (128 KiB raw, or one
+ * 64 KiB block and its compressed form), whatever the stream's size. Every
+ * event is checked as it is read against the spec's validation rules; the
+ * first defect stops the stream with its rule and byte offset.
+ *
+ * A "spool" (the payload's raw output, see docs/FORMAT.md) names its stacks
+ * in STACK_RAW events instead of in the metadata, so for spools rule 4 is
+ * checked against the STACK_RAW events seen so far.
+ */
+#include "mlz_format.h"
+#include "varint.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <lz4.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define RAW_BUF (2 * MLZ_BLOCK_SIZE)
+
+struct mlz_reader {
+    int fd;                   /* -1 when reading from memory */
+    const uint8_t *mem;
+    uint64_t file_size;
+    unsigned flags;
+    mlz_header h;
+    mlz_meta meta;
+    int spool;
+
+    uint64_t data_off;        /* first byte of the event stream */
+    uint64_t stream_end;      /* one past its last byte */
+    uint64_t next_off;        /* next file byte to read */
+
+    uint8_t *buf;             /* raw bytes or one decompressed block */
+    size_t buf_len, buf_pos;
+    uint64_t buf_file_off;    /* raw mode: file offset of buf[0] */
+    uint64_t block_off;       /* LZ4 mode: file offset of the current block */
+    uint8_t *zbuf;
+    int block_start;          /* the event just returned opened its block */
+
+    uint64_t time_us, events;
+    int done, truncated;
+    int have_pending;         /* seek_time found an event to hand out first */
+    mlz_event pending;
+
+    uint8_t *seen;            /* spool: bitmap of STACK_RAW ids seen */
+    size_t seen_bytes;
+
+    mlz_index_entry *idx;
+    size_t nidx;
+};
+
+const char *mlz_rule_name(int rule)
+{
+    static const char *names[] = {
+        "i/o", "rule 1 (magic)", "rule 2 (version)", "rule 3 (metadata)",
+        "rule 4 (reference)", "rule 5 (event type)", "rule 6 (varint)",
+        "rule 7 (size)",
+    };
+    return rule >= 0 && rule <= 7 ? names[rule] : "unknown rule";
+}
+
+static int seterr(mlz_error *e, int rule, uint64_t off, const char *fmt, ...)
+{
+    if (e) {
+        e->rule = rule;
+        e->offset = off;
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
+/* Reads exactly n bytes at off; returns bytes read (short only at EOF). */
+static ssize_t src_read(mlz_reader *r, uint64_t off, void *dst, size_t n)
+{
+    if (off >= r->file_size) return 0;
+    if (n > r->file_size - off) n = (size_t)(r->file_size - off);
+    if (!r->mem) {
+        size_t got = 0;
+        while (got < n) {
+            ssize_t k = pread(r->fd, (uint8_t *)dst + got, n - got, (off_t)(off + got));
+            if (k < 0 && errno == EINTR) continue;
+            if (k < 0) return -1;
+            if (k == 0) break;
+            got += (size_t)k;
+        }
+        return (ssize_t)got;
+    }
+    memcpy(dst, r->mem + off, n);
+    return (ssize_t)n;
+}
+
+int mlz_header_decode(const uint8_t in[MLZ_HEADER_SIZE], mlz_header *h, mlz_error *err)
+{
+    if (memcmp(in, MLZ_MAGIC, 4) != 0)
+        return seterr(err, MLZ_RULE_MAGIC, 0, "bad magic %02x %02x %02x %02x, expected \"MTRC\"",
+                      in[0], in[1], in[2], in[3]);
+    h->version = mlz_get_u32(in + 4);
+    h->start_us = mlz_get_u64(in + 8);
+    h->meta_len = mlz_get_u32(in + 16);
+    h->flags = mlz_get_u32(in + 20);
+    h->stream_len = mlz_get_u64(in + 24);
+    h->event_count = mlz_get_u64(in + 32);
+    h->raw_len = mlz_get_u64(in + 40);
+    memcpy(h->rest, in + 48, sizeof h->rest);
+    if (h->version != MLZ_VERSION)
+        return seterr(err, MLZ_RULE_VERSION, 4, "unsupported version %u (this reader knows 1)",
+                      h->version);
+    if (h->flags & ~MLZ_FLAGS_KNOWN)
+        return seterr(err, MLZ_RULE_VERSION, 20, "unknown header flags 0x%x", h->flags);
+    if (!(h->flags & MLZ_FLAG_SEALED) && (h->stream_len || h->event_count || h->raw_len))
+        return seterr(err, MLZ_RULE_SIZE, 24, "unsealed header carries stream sizes");
+    if ((h->flags & MLZ_FLAG_LZ4) && !(h->flags & MLZ_FLAG_SEALED))
+        return seterr(err, MLZ_RULE_SIZE, 20, "compressed file was never sealed (writer did not finish)");
+    return 0;
+}
+
+/* ------------------------------------------------------------ the index */
+
+static void load_index(mlz_reader *r, const char *path)
+{
+    char ipath[MLZ_PATH_MAX + 8];
+    if (snprintf(ipath, sizeof ipath, "%s.idx", path) >= (int)sizeof ipath) return;
+    FILE *f = fopen(ipath, "rb");
+    if (!f) return;
+    uint8_t ih[MLZ_INDEX_HEADER_SIZE];
+    mlz_index_entry *v = NULL;
+    if (fread(ih, 1, sizeof ih, f) != sizeof ih || memcmp(ih, MLZ_INDEX_MAGIC, 4) ||
+        mlz_get_u32(ih + 4) != 1 || mlz_get_u64(ih + 8) != r->h.start_us ||
+        mlz_get_u64(ih + 16) != r->data_off || mlz_get_u64(ih + 32) != r->file_size ||
+        mlz_get_u64(ih + 40) != r->h.event_count)
+        goto stale;
+    uint64_t n = mlz_get_u64(ih + 24);
+    if (n == 0 || n > r->file_size / 8) goto stale;
+    v = calloc((size_t)n, sizeof *v);
+    if (!v) goto stale;
+    for (uint64_t i = 0; i < n; i++) {
+        uint8_t e[32];
+        if (fread(e, 1, 32, f) != 32) goto stale;
+        v[i].file_offset = mlz_get_u64(e);
+        v[i].raw_offset = mlz_get_u64(e + 8);
+        v[i].base_us = mlz_get_u64(e + 16);
+        v[i].first_event = mlz_get_u64(e + 24);
+        if (v[i].file_offset < r->data_off || v[i].file_offset >= r->stream_end ||
+            (i && (v[i].file_offset <= v[i - 1].file_offset || v[i].base_us < v[i - 1].base_us)))
+            goto stale;
+    }
+    if (v[0].file_offset != r->data_off || fgetc(f) != EOF) goto stale;
+    fclose(f);
+    r->idx = v;
+    r->nidx = (size_t)n;
+    return;
+stale:
+    free(v);
+    fclose(f);
+}
+
+int mlz_reader_has_index(const mlz_reader *r) { return r->nidx > 0; }
+
+/* ------------------------------------------------------------ open/close */
+
+static mlz_reader *open_common(mlz_reader *r, const char *path, mlz_error *err)
+{
+    uint8_t hb[MLZ_HEADER_SIZE];
+    if (r->file_size < 4 || src_read(r, 0, hb, 4) != 4 || memcmp(hb, MLZ_MAGIC, 4)) {
+        if (r->file_size >= 4) return seterr(err, MLZ_RULE_MAGIC, 0, "bad magic, not a .mlyze file"), NULL;
+        return seterr(err, MLZ_RULE_SIZE, r->file_size, "file is %llu bytes, shorter than the 256-byte header",
+                      (unsigned long long)r->file_size), NULL;
+    }
+    if (r->file_size < MLZ_HEADER_SIZE)
+        return seterr(err, MLZ_RULE_SIZE, r->file_size, "file is %llu bytes, shorter than the 256-byte header",
+                      (unsigned long long)r->file_size), NULL;
+    if (src_read(r, 0, hb, sizeof hb) != (ssize_t)sizeof hb)
+        return seterr(err, MLZ_RULE_IO, 0, "cannot read header: %s", strerror(errno)), NULL;
+    if (mlz_header_decode(hb, &r->h, err)) return NULL;
+
+    r->data_off = MLZ_HEADER_SIZE + (uint64_t)r->h.meta_len;
+    if (r->data_off > r->file_size)
+        return seterr(err, MLZ_RULE_SIZE, 16, "metadata length %u runs past the end of the file (%llu bytes)",
+                      r->h.meta_len, (unsigned long long)r->file_size), NULL;
+    if (r->h.flags & MLZ_FLAG_SEALED) {
+        uint64_t want = r->data_off + r->h.stream_len;
+        if (want < r->data_off || want != r->file_size)
+            return seterr(err, MLZ_RULE_SIZE, r->file_size < want ? r->file_size : want,
+                          "file is %llu bytes but header + metadata + events = %llu%s",
+                          (unsigned long long)r->file_size, (unsigned long long)want,
+                          r->file_size < want ? " (truncated)" : " (trailing bytes)"), NULL;
+        if (!(r->h.flags & MLZ_FLAG_LZ4) && r->h.raw_len != r->h.stream_len)
+            return seterr(err, MLZ_RULE_SIZE, 40, "raw length %llu differs from stream length %llu",
+                          (unsigned long long)r->h.raw_len, (unsigned long long)r->h.stream_len), NULL;
+    }
+    r->stream_end = r->file_size;
+
+    char *json = malloc(r->h.meta_len + 1u);
+    if (!json) return seterr(err, MLZ_RULE_IO, 16, "out of memory for %u bytes of metadata", r->h.meta_len), NULL;
+    if (src_read(r, MLZ_HEADER_SIZE, json, r->h.meta_len) != (ssize_t)r->h.meta_len) {
+        free(json);
+        return seterr(err, MLZ_RULE_IO, MLZ_HEADER_SIZE, "cannot read metadata"), NULL;
+    }
+    json[r->h.meta_len] = 0;
+    int rc = mlz_meta_parse(&r->meta, json, r->h.meta_len, err);
+    free(json);
+    if (rc) return NULL;
+    r->spool = r->meta.kind && strcmp(r->meta.kind, "spool") == 0;
+
+    r->buf = malloc(RAW_BUF);
+    if (!r->buf) return seterr(err, MLZ_RULE_IO, 0, "out of memory"), NULL;
+    if (r->h.flags & MLZ_FLAG_LZ4) {
+        r->zbuf = malloc(MLZ_LZ4_BOUND + 8);
+        if (!r->zbuf) return seterr(err, MLZ_RULE_IO, 0, "out of memory"), NULL;
+        if (path && !(r->flags & MLZ_READ_NO_INDEX)) load_index(r, path);
+    }
+    r->next_off = r->data_off;
+    r->buf_file_off = r->data_off;
+    r->time_us = r->h.start_us;
+    return r;
+}
+
+mlz_reader *mlz_reader_open(const char *path, unsigned flags, mlz_error *err)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return seterr(err, MLZ_RULE_IO, 0, "cannot open: %s", strerror(errno)), NULL;
+    struct stat st;
+    if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return seterr(err, MLZ_RULE_IO, 0, "not a regular file"), NULL;
+    }
+    mlz_reader *r = calloc(1, sizeof *r);
+    if (!r) { close(fd); return seterr(err, MLZ_RULE_IO, 0, "out of memory"), NULL; }
+    r->fd = fd;
+    r->flags = flags;
+    r->file_size = (uint64_t)st.st_size;
+    if (!open_common(r, path, err)) { mlz_reader_close(r); return NULL; }
+    return r;
+}
+
+mlz_reader *mlz_reader_open_mem(const void *data, size_t len, unsigned flags, mlz_error *err)
+{
+    mlz_reader *r = calloc(1, sizeof *r);
+    if (!r) return seterr(err, MLZ_RULE_IO, 0, "out of memory"), NULL;
+    r->fd = -1;
+    r->mem = data;
+    r->flags = flags | MLZ_READ_NO_INDEX;
+    r->file_size = len;
+    if (!open_common(r, NULL, err)) { mlz_reader_close(r); return NULL; }
+    return r;
+}
+
+void mlz_reader_close(mlz_reader *r)
+{
+    if (!r) return;
+    if (r->fd >= 0) close(r->fd);
+    mlz_meta_free(&r->meta);
+    free(r->buf);
+    free(r->zbuf);
+    free(r->seen);
+    free(r->idx);
+    free(r);
+}
+
+const mlz_header *mlz_reader_header(const mlz_reader *r) { return &r->h; }
+const mlz_meta *mlz_reader_meta(const mlz_reader *r) { return &r->meta; }
+int mlz_reader_at_block_start(const mlz_reader *r) { return r->block_start; }
+int mlz_reader_was_truncated(const mlz_reader *r) { return r->truncated; }
+
+/* ------------------------------------------------------------- events */
+
+static int seen_set(mlz_reader *r, uint64_t id)
+{
+    if (id >= (uint64_t)UINT32_MAX) return -1;
+    size_t byte = (size_t)(id / 8);
+    if (byte >= r->seen_bytes) {
+        size_t n = r->seen_bytes ? r->seen_bytes : 1024;
+        while (n <= byte) n *= 2;
+        uint8_t *p = realloc(r->seen, n);
+        if (!p) return -1;
+        memset(p + r->seen_bytes, 0, n - r->seen_bytes);
+        r->seen = p;
+        r->seen_bytes = n;
+    }
+    r->seen[byte] |= (uint8_t)(1u << (id % 8));
+    return 0;
+}
+
+static int seen_has(const mlz_reader *r, uint64_t id)
+{
+    size_t byte = (size_t)(id / 8);
+    return id < (uint64_t)UINT32_MAX && byte < r->seen_bytes && (r->seen[byte] >> (id % 8)) & 1;
+}
+
+enum { NEED_MORE = 0 };
+
+#define GETV(dst) do { \
+        size_t used_; \
+        int vr_ = mlz_varint_get(p + n, end, &(dst), &used_); \
+        if (vr_ == MLZ_VARINT_TRUNCATED) return NEED_MORE; \
+        if (vr_ < 0) return seterr(err, MLZ_RULE_VARINT, off + n, "%s varint in %s event", \
+                                   vr_ == MLZ_VARINT_OVERLONG ? "non-minimal" : "overlong", what); \
+        n += used_; \
+    } while (0)
+#define NEED(k) do { if ((size_t)(end - p) < n + (k)) return NEED_MORE; } while (0)
+
+/* Checks the payload of the extension events we define (spool records). */
+static int check_ext(mlz_reader *r, const mlz_event *ev, mlz_error *err, uint64_t off)
+{
+    const uint8_t *p = ev->data, *end = ev->data + ev->len;
+    size_t n = 0;
+    const char *what = ev->type == MLZ_EV_STACK_RAW ? "STACK_RAW" : "MODULE";
+    uint64_t a, b, c;
+    if (ev->type == MLZ_EV_STACK_RAW) {
+        GETV(a); GETV(b);
+        if (b > 1024) return seterr(err, MLZ_RULE_SIZE, off, "STACK_RAW depth %llu is too deep", (unsigned long long)b);
+        for (uint64_t i = 0; i < b; i++) GETV(c);
+        if (n != ev->len) return seterr(err, MLZ_RULE_SIZE, off, "STACK_RAW length mismatch");
+        if (a == 0 || seen_set(r, a)) return seterr(err, MLZ_RULE_REFERENCE, off, "bad STACK_RAW id %llu", (unsigned long long)a);
+        return 0;
+    }
+    if (ev->type == MLZ_EV_MODULE) {
+        GETV(a); GETV(b); GETV(c);
+        if (c > 64 || (size_t)(end - p) < n + c) return seterr(err, MLZ_RULE_SIZE, off, "MODULE build-id length mismatch");
+        n += (size_t)c;
+        GETV(c);
+        if (c > MLZ_PATH_MAX || (size_t)(end - p) != n + c) return seterr(err, MLZ_RULE_SIZE, off, "MODULE path length mismatch");
+        return 0;
+    }
+    return 0;
+}
+
+/* Decodes the event at p (stream offset off). Returns its length, NEED_MORE
+ * when [p,end) ends inside it, or -1 with *err. */
+static int parse_event(mlz_reader *r, const uint8_t *p, const uint8_t *end,
+                       uint64_t off, mlz_event *ev, mlz_error *err)
+{
+    size_t n = 1;
+    const char *what = "an";
+    if (p >= end) return NEED_MORE;
+    memset(ev, 0, sizeof *ev);
+    ev->type = p[0];
+    ev->offset = off;
+    switch (ev->type) {
+    case MLZ_EV_ALLOC: what = "ALLOC"; break;
+    case MLZ_EV_FREE: what = "FREE"; break;
+    case MLZ_EV_GC: what = "GC"; break;
+    case MLZ_EV_MARKER: what = "MARKER"; break;
+    default:
+        if (ev->type >= 128)
+            return seterr(err, MLZ_RULE_EVENT_TYPE, off, "invalid event type %d (128..255 are reserved)", ev->type);
+        what = "extension";
+    }
+    GETV(ev->delta_us);
+    switch (ev->type) {
+    case MLZ_EV_ALLOC:
+        NEED(8); ev->addr = mlz_get_u64(p + n); n += 8;
+        GETV(ev->size);
+        GETV(ev->stack_id);
+        NEED(2); ev->thread = mlz_get_u16(p + n); n += 2;
+        if (r->spool ? !seen_has(r, ev->stack_id) : !mlz_meta_stack(&r->meta, ev->stack_id))
+            return seterr(err, MLZ_RULE_REFERENCE, off, "ALLOC names stack %llu, which is not in %s",
+                          (unsigned long long)ev->stack_id, r->spool ? "a preceding STACK_RAW event" : "stack_traces");
+        break;
+    case MLZ_EV_FREE:
+        NEED(8); ev->addr = mlz_get_u64(p + n); n += 8;
+        break;
+    case MLZ_EV_GC:
+        GETV(ev->objects);
+        GETV(ev->bytes);
+        break;
+    case MLZ_EV_MARKER:
+        GETV(ev->name_id);
+        if (!mlz_meta_function(&r->meta, ev->name_id))
+            return seterr(err, MLZ_RULE_REFERENCE, off, "MARKER names function %llu, which is not in functions",
+                          (unsigned long long)ev->name_id);
+        break;
+    default:
+        GETV(ev->len);
+        if (ev->len > MLZ_EXT_MAX)
+            return seterr(err, MLZ_RULE_SIZE, off, "extension event of %llu bytes exceeds the %d-byte limit",
+                          (unsigned long long)ev->len, MLZ_EXT_MAX);
+        NEED((size_t)ev->len);
+        ev->data = p + n;
+        n += (size_t)ev->len;
+        if (check_ext(r, ev, err, off)) return -1;
+    }
+    return (int)n;
+}
+
+/* Raw mode: keeps at least one whole event in the buffer when possible. */
+static int refill_raw(mlz_reader *r, mlz_error *err)
+{
+    size_t keep = r->buf_len - r->buf_pos;
+    memmove(r->buf, r->buf + r->buf_pos, keep);
+    r->buf_file_off += r->buf_pos;
+    r->buf_pos = 0;
+    r->buf_len = keep;
+    if (r->next_off >= r->stream_end) return 0;
+    ssize_t k = src_read(r, r->next_off, r->buf + keep, RAW_BUF - keep);
+    if (k < 0) return seterr(err, MLZ_RULE_IO, r->next_off, "read error: %s", strerror(errno));
+    r->buf_len += (size_t)k;
+    r->next_off += (uint64_t)k;
+    return (int)k;
+}
+
+/* LZ4 mode: loads and decompresses the next block. 1 loaded, 0 end, -1 error. */
+static int load_block(mlz_reader *r, mlz_error *err)
+{
+    if (r->next_off >= r->stream_end) return 0;
+    uint64_t off = r->next_off;
+    uint8_t bh[8];
+    if (src_read(r, off, bh, 8) != 8)
+        return seterr(err, MLZ_RULE_SIZE, off, "file ends inside a block header");
+    uint32_t csize = mlz_get_u32(bh), rsize = mlz_get_u32(bh + 4);
+    if (rsize == 0 || rsize > MLZ_BLOCK_SIZE || csize == 0 || csize > MLZ_LZ4_BOUND)
+        return seterr(err, MLZ_RULE_SIZE, off, "block header has impossible sizes (%u compressed, %u raw)",
+                      csize, rsize);
+    if (off + 8 + csize > r->stream_end)
+        return seterr(err, MLZ_RULE_SIZE, off, "block of %u bytes runs past the end of the file", csize);
+    if (src_read(r, off + 8, r->zbuf, csize) != (ssize_t)csize)
+        return seterr(err, MLZ_RULE_IO, off, "read error: %s", strerror(errno));
+    int d = LZ4_decompress_safe((const char *)r->zbuf, (char *)r->buf, (int)csize, (int)rsize);
+    if (d != (int)rsize)
+        return seterr(err, MLZ_RULE_SIZE, off, "block does not decompress to its %u declared bytes", rsize);
+    r->block_off = off;
+    r->next_off = off + 8 + csize;
+    r->buf_len = rsize;
+    r->buf_pos = 0;
+    return 1;
+}
+
+static int end_of_stream(mlz_reader *r, mlz_error *err)
+{
+    r->done = 1;
+    if ((r->h.flags & MLZ_FLAG_SEALED) && r->events != r->h.event_count)
+        return seterr(err, MLZ_RULE_SIZE, r->stream_end, "stream holds %llu events, header says %llu",
+                      (unsigned long long)r->events, (unsigned long long)r->h.event_count);
+    return 0;
+}
+
+static int next_event(mlz_reader *r, mlz_event *ev, mlz_error *err)
+{
+    if (r->done) return 0;
+    int lz4 = (r->h.flags & MLZ_FLAG_LZ4) != 0;
+    for (;;) {
+        if (lz4 && r->buf_pos == r->buf_len) {
+            int b = load_block(r, err);
+            if (b < 0) return -1;
+            if (b == 0) return end_of_stream(r, err);
+        }
+        uint64_t off = lz4 ? r->block_off : r->buf_file_off + r->buf_pos;
+        r->block_start = lz4 && r->buf_pos == 0;
+        int n = parse_event(r, r->buf + r->buf_pos, r->buf + r->buf_len, off, ev, err);
+        if (n < 0) return -1;
+        if (n > 0) {
+            ev->enc_len = (uint32_t)n;
+            r->buf_pos += (size_t)n;
+            r->time_us += ev->delta_us;
+            ev->time_us = r->time_us;
+            r->events++;
+            if (r->events == UINT64_MAX)
+                return seterr(err, MLZ_RULE_SIZE, off, "too many events");
+            return 1;
+        }
+        /* The buffer ends inside an event. */
+        if (lz4)
+            return seterr(err, MLZ_RULE_SIZE, off, "an event runs past the end of its block");
+        size_t left = r->buf_len - r->buf_pos;
+        int k = refill_raw(r, err);
+        if (k < 0) return -1;
+        if (k == 0) {
+            if (left == 0) return end_of_stream(r, err);
+            if ((r->flags & MLZ_READ_TRUNCATED_OK) && !(r->h.flags & MLZ_FLAG_SEALED)) {
+                r->truncated = 1;
+                r->done = 1;
+                return 0;
+            }
+            return seterr(err, MLZ_RULE_SIZE, off, "file ends inside an event (%zu bytes of it present)", left);
+        }
+    }
+}
+
+int mlz_reader_next(mlz_reader *r, mlz_event *ev, mlz_error *err)
+{
+    if (r->have_pending) {
+        *ev = r->pending;
+        r->have_pending = 0;
+        return 1;
+    }
+    return next_event(r, ev, err);
+}
+
+int mlz_reader_seek_time(mlz_reader *r, uint64_t t_us, mlz_error *err)
+{
+    if (!r->nidx) return seterr(err, MLZ_RULE_IO, 0, "no usable .mlyze.idx index");
+    size_t lo = 0, hi = r->nidx;      /* last block whose base time is < t */
+    while (hi - lo > 1) {
+        size_t mid = (lo + hi) / 2;
+        if (r->idx[mid].base_us < t_us) lo = mid; else hi = mid;
+    }
+    /* A pending event handed out after a seek keeps its block flag. */
+    const mlz_index_entry *e = &r->idx[lo];
+    r->next_off = e->file_offset;
+    r->buf_len = r->buf_pos = 0;
+    r->time_us = e->base_us;
+    r->events = e->first_event;
+    r->done = 0;
+    r->have_pending = 0;
+    mlz_event ev;
+    for (;;) {
+        int rc = next_event(r, &ev, err);
+        if (rc <= 0) return rc;
+        if (ev.time_us >= t_us) {
+            r->pending = ev;
+            r->have_pending = 1;
+            return 0;
+        }
+    }
+}

@@ -1,0 +1,95 @@
+/*
+ * varint.h - protobuf-style unsigned varints and little-endian fixed fields.
+ *
+ * 7 data bits per byte, low group first, high bit set on every byte but the
+ * last. A uint64_t needs at most 10 bytes. The decoder is strict: it rejects
+ * truncated input, encodings longer than 10 bytes, a 10th byte carrying more
+ * than the one remaining bit, and overlong (non-minimal) encodings such as
+ * 0x80 0x00, so that every value has exactly one encoding and a dump/undump
+ * round trip is byte-identical.
+ */
+#ifndef MLZ_VARINT_H
+#define MLZ_VARINT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define MLZ_VARINT_MAX 10
+
+/* Writes v at p (room for MLZ_VARINT_MAX bytes needed); returns bytes used. */
+static inline size_t mlz_varint_put(uint8_t *p, uint64_t v)
+{
+    size_t n = 0;
+    while (v >= 0x80) {
+        p[n++] = (uint8_t)(v | 0x80);
+        v >>= 7;
+    }
+    p[n++] = (uint8_t)v;
+    return n;
+}
+
+static inline size_t mlz_varint_len(uint64_t v)
+{
+    size_t n = 1;
+    while (v >= 0x80) { v >>= 7; n++; }
+    return n;
+}
+
+enum {
+    MLZ_VARINT_OK = 0,
+    MLZ_VARINT_TRUNCATED = -1,  /* input ended inside the varint */
+    MLZ_VARINT_TOO_LONG = -2,   /* more than 10 bytes, or overflows 64 bits */
+    MLZ_VARINT_OVERLONG = -3,   /* valid value but not the minimal encoding */
+};
+
+/* Decodes one varint from [p, end). On success stores the value and the
+ * number of bytes consumed; otherwise returns one of the negative codes. */
+static inline int mlz_varint_get(const uint8_t *p, const uint8_t *end,
+                                 uint64_t *v, size_t *used)
+{
+    uint64_t x = 0;
+    for (size_t i = 0; i < MLZ_VARINT_MAX; i++) {
+        if (p + i >= end) return MLZ_VARINT_TRUNCATED;
+        uint8_t b = p[i];
+        if (i == 9 && b > 1) return MLZ_VARINT_TOO_LONG;
+        x |= (uint64_t)(b & 0x7f) << (7 * i);
+        if (!(b & 0x80)) {
+            if (i > 0 && b == 0) return MLZ_VARINT_OVERLONG;
+            *v = x;
+            *used = i + 1;
+            return MLZ_VARINT_OK;
+        }
+    }
+    return MLZ_VARINT_TOO_LONG;
+}
+
+static inline void mlz_put_u16(uint8_t *p, uint16_t v)
+{
+    p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8);
+}
+static inline void mlz_put_u32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+static inline void mlz_put_u64(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+static inline uint16_t mlz_get_u16(const uint8_t *p)
+{
+    return (uint16_t)(p[0] | (p[1] << 8));
+}
+static inline uint32_t mlz_get_u32(const uint8_t *p)
+{
+    uint32_t v = 0;
+    for (int i = 0; i < 4; i++) v |= (uint32_t)p[i] << (8 * i);
+    return v;
+}
+static inline uint64_t mlz_get_u64(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++) v |= (uint64_t)p[i] << (8 * i);
+    return v;
+}
+
+#endif

@@ -1,0 +1,417 @@
+/*
+ * writer.c - writes .mlyze files without allocating.
+ *
+ * Used inside profiled processes (the payload's spool) and by the tools
+ * (finalize, undump). Everything lives in the caller's mlz_writer and
+ * buffers; output goes through write(2)/pwrite(2) with EINTR and short
+ * writes handled. The file is built under a temporary name, its header is
+ * sealed with the final sizes, fsync'ed and only then renamed into place:
+ * a reader never finds a half-written file under the real name.
+ *
+ * In LZ4 mode the buffer is one 64 KiB block: events never straddle blocks,
+ * so each block decodes on its own and the .mlyze.idx index can point at it.
+ */
+#include "mlz_format.h"
+#include "varint.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <lz4.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* Weak, so that the injected payload, which never compresses, does not
+ * depend on liblz4 being present in the target's file system. */
+#pragma weak LZ4_compress_default
+
+/* ------------------------------------------------------------- helpers */
+
+static int write_all(int fd, const void *p, size_t n)
+{
+    const uint8_t *b = p;
+    while (n > 0) {
+        ssize_t k = write(fd, b, n);
+        if (k < 0) {
+            if (errno == EINTR) continue;
+            return -errno;
+        }
+        b += k;
+        n -= (size_t)k;
+    }
+    return 0;
+}
+
+static int pwrite_all(int fd, const void *p, size_t n, off_t off)
+{
+    const uint8_t *b = p;
+    while (n > 0) {
+        ssize_t k = pwrite(fd, b, n, off);
+        if (k < 0) {
+            if (errno == EINTR) continue;
+            return -errno;
+        }
+        b += k;
+        n -= (size_t)k;
+        off += k;
+    }
+    return 0;
+}
+
+/* Bounded string building without snprintf (which may allocate). */
+static int build_path(char *dst, size_t cap, const char *a, const char *b, long pid, const char *c)
+{
+    size_t n = 0;
+    const char *parts[2] = { a, b };
+    for (int i = 0; i < 2; i++)
+        for (const char *s = parts[i]; s && *s; s++) {
+            if (n + 1 >= cap) return -ENAMETOOLONG;
+            dst[n++] = *s;
+        }
+    if (pid >= 0) {
+        char num[24];
+        int k = 0;
+        unsigned long v = (unsigned long)pid;
+        do { num[k++] = (char)('0' + v % 10); v /= 10; } while (v);
+        if (n + 1 + (size_t)k + 1 >= cap) return -ENAMETOOLONG;
+        dst[n++] = '.';
+        while (k) dst[n++] = num[--k];
+    }
+    for (const char *s = c; s && *s; s++) {
+        if (n + 1 >= cap) return -ENAMETOOLONG;
+        dst[n++] = *s;
+    }
+    dst[n] = 0;
+    return 0;
+}
+
+void mlz_header_encode(const mlz_header *h, uint8_t out[MLZ_HEADER_SIZE])
+{
+    memset(out, 0, MLZ_HEADER_SIZE);
+    memcpy(out, MLZ_MAGIC, 4);
+    mlz_put_u32(out + 4, h->version);
+    mlz_put_u64(out + 8, h->start_us);
+    mlz_put_u32(out + 16, h->meta_len);
+    mlz_put_u32(out + 20, h->flags);
+    mlz_put_u64(out + 24, h->stream_len);
+    mlz_put_u64(out + 32, h->event_count);
+    mlz_put_u64(out + 40, h->raw_len);
+    memcpy(out + 48, h->rest, sizeof h->rest);
+}
+
+static int fail(mlz_writer *w, int e)
+{
+    if (!w->err) w->err = e;
+    return w->err;
+}
+
+/* ------------------------------------------------------------ open/close */
+
+int mlz_writer_open(mlz_writer *w, const char *path, const mlz_writer_opts *o)
+{
+    memset(w, 0, sizeof *w);
+    w->fd = w->idx_fd = -1;
+    if (o->buf_size < MLZ_BLOCK_SIZE || !o->buf) return fail(w, -EINVAL);
+    if ((o->flags & ~MLZ_FLAG_LZ4) != 0) return fail(w, -EINVAL);
+    if (o->flags & MLZ_FLAG_LZ4) {
+        if (!LZ4_compress_default) return fail(w, -ENOTSUP);
+        if (!o->zbuf || o->zbuf_size < MLZ_LZ4_BOUND) return fail(w, -EINVAL);
+    }
+    if (o->meta_len > UINT32_MAX) return fail(w, -EFBIG);
+
+    w->flags = o->flags;
+    w->replace = o->replace;
+    w->plain = o->plain;
+    if (o->plain && (o->flags & MLZ_FLAG_LZ4)) return fail(w, -EINVAL);
+    w->buf = o->buf;
+    w->cap = (o->flags & MLZ_FLAG_LZ4) ? MLZ_BLOCK_SIZE : o->buf_size;
+    w->zbuf = o->zbuf;
+    w->zcap = o->zbuf_size;
+    w->start_us = w->last_us = w->block_base_us = o->start_us;
+    w->meta_len = (uint32_t)o->meta_len;
+
+    long pid = (long)getpid();
+    int rc;
+    if ((rc = build_path(w->path, sizeof w->path, path, NULL, -1, NULL)) ||
+        (rc = build_path(w->tmp, sizeof w->tmp, path, NULL, pid, ".tmp")))
+        return fail(w, rc);
+    int mode = o->mode ? o->mode : 0644;
+    /* O_EXCL|O_NOFOLLOW: never write through a planted symlink. */
+    w->fd = open(w->tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
+    if (w->fd < 0) return fail(w, -errno);
+
+    if (o->flags & MLZ_FLAG_LZ4) {
+        if ((rc = build_path(w->idx_path, sizeof w->idx_path, path, ".idx", -1, NULL)) ||
+            (rc = build_path(w->idx_tmp, sizeof w->idx_tmp, path, ".idx", pid, ".tmp"))) {
+            mlz_writer_abort(w);
+            return fail(w, rc);
+        }
+        w->idx_fd = open(w->idx_tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
+        if (w->idx_fd < 0) {
+            rc = -errno;
+            mlz_writer_abort(w);
+            return fail(w, rc);
+        }
+        uint8_t ih[MLZ_INDEX_HEADER_SIZE] = { 0 };
+        if ((rc = write_all(w->idx_fd, ih, sizeof ih))) { mlz_writer_abort(w); return fail(w, rc); }
+    }
+
+    /* Unsealed header now; the sealed one replaces it at close. */
+    mlz_header h = { .version = MLZ_VERSION, .start_us = o->start_us,
+                     .meta_len = w->meta_len, .flags = o->flags };
+    uint8_t hb[MLZ_HEADER_SIZE];
+    mlz_header_encode(&h, hb);
+    if ((rc = write_all(w->fd, hb, sizeof hb)) ||
+        (rc = write_all(w->fd, o->meta, o->meta_len))) {
+        mlz_writer_abort(w);
+        return fail(w, rc);
+    }
+    return 0;
+}
+
+/* Writes the buffered events: as they are (raw) or as one LZ4 block. */
+static int flush(mlz_writer *w)
+{
+    if (w->len == 0 || w->err) return w->err;
+    int rc;
+    if (!(w->flags & MLZ_FLAG_LZ4)) {
+        if ((rc = write_all(w->fd, w->buf, w->len))) return fail(w, rc);
+        w->stream_len += w->len;
+        w->raw_len += w->len;
+        w->len = 0;
+        return 0;
+    }
+    int c = LZ4_compress_default((const char *)w->buf, (char *)w->zbuf + 8,
+                                 (int)w->len, (int)w->zcap - 8);
+    if (c <= 0) return fail(w, -EIO);
+    mlz_put_u32(w->zbuf, (uint32_t)c);
+    mlz_put_u32(w->zbuf + 4, (uint32_t)w->len);
+
+    uint8_t ent[32];
+    mlz_put_u64(ent, MLZ_HEADER_SIZE + (uint64_t)w->meta_len + w->stream_len);
+    mlz_put_u64(ent + 8, w->raw_len);
+    mlz_put_u64(ent + 16, w->block_base_us);
+    mlz_put_u64(ent + 24, w->block_first_event);
+    if ((rc = write_all(w->fd, w->zbuf, (size_t)c + 8)) ||
+        (rc = write_all(w->idx_fd, ent, sizeof ent)))
+        return fail(w, rc);
+    w->stream_len += (uint64_t)c + 8;
+    w->raw_len += w->len;
+    w->nblocks++;
+    w->len = 0;
+    w->block_base_us = w->last_us;
+    w->block_first_event = w->events;
+    return 0;
+}
+
+int mlz_writer_end_block(mlz_writer *w)
+{
+    return flush(w);
+}
+
+void mlz_writer_set_header_rest(mlz_writer *w, const uint8_t rest[MLZ_HEADER_SIZE - 48])
+{
+    memcpy(w->rest, rest, sizeof w->rest);
+}
+
+int mlz_writer_close(mlz_writer *w)
+{
+    int rc = flush(w);
+    if (rc) { mlz_writer_abort(w); return rc; }
+
+    mlz_header h = { .version = MLZ_VERSION, .start_us = w->start_us,
+                     .meta_len = w->meta_len, .flags = w->flags | MLZ_FLAG_SEALED,
+                     .stream_len = w->stream_len, .event_count = w->events,
+                     .raw_len = w->raw_len };
+    if (w->plain) {
+        h.flags = 0;
+        h.stream_len = h.event_count = h.raw_len = 0;
+    }
+    memcpy(h.rest, w->rest, sizeof h.rest);
+    uint8_t hb[MLZ_HEADER_SIZE];
+    mlz_header_encode(&h, hb);
+    if ((rc = pwrite_all(w->fd, hb, sizeof hb, 0)) || (fsync(w->fd) && (rc = -errno))) {
+        mlz_writer_abort(w);
+        return fail(w, rc);
+    }
+
+    if (w->idx_fd >= 0) {
+        uint8_t ih[MLZ_INDEX_HEADER_SIZE] = { 0 };
+        memcpy(ih, MLZ_INDEX_MAGIC, 4);
+        mlz_put_u32(ih + 4, 1);
+        mlz_put_u64(ih + 8, w->start_us);
+        mlz_put_u64(ih + 16, MLZ_HEADER_SIZE + (uint64_t)w->meta_len);
+        mlz_put_u64(ih + 24, w->nblocks);
+        mlz_put_u64(ih + 32, MLZ_HEADER_SIZE + (uint64_t)w->meta_len + w->stream_len);
+        mlz_put_u64(ih + 40, w->events);
+        if ((rc = pwrite_all(w->idx_fd, ih, sizeof ih, 0)) ||
+            (fsync(w->idx_fd) && (rc = -errno))) {
+            mlz_writer_abort(w);
+            return fail(w, rc);
+        }
+        close(w->idx_fd);
+        w->idx_fd = -1;
+        /* The index goes first: a main file under its real name always has
+         * its index beside it (a stale index is detected by its sizes). */
+        if (rename(w->idx_tmp, w->idx_path)) {
+            rc = -errno;
+            mlz_writer_abort(w);
+            return fail(w, rc);
+        }
+    }
+    close(w->fd);
+    w->fd = -1;
+    if (w->replace) {
+        rc = rename(w->tmp, w->path) ? -errno : 0;
+    } else {
+        /* link() fails with EEXIST instead of replacing: never overwrite. */
+        rc = link(w->tmp, w->path) ? -errno : 0;
+        unlink(w->tmp);
+    }
+    if (rc) {
+        unlink(w->tmp);
+        if (w->idx_path[0]) unlink(w->idx_path);
+        return fail(w, rc);
+    }
+    return 0;
+}
+
+void mlz_writer_abort(mlz_writer *w)
+{
+    if (w->fd >= 0) { close(w->fd); w->fd = -1; }
+    if (w->idx_fd >= 0) { close(w->idx_fd); w->idx_fd = -1; }
+    if (w->tmp[0]) unlink(w->tmp);
+    if (w->idx_tmp[0]) unlink(w->idx_tmp);
+}
+
+/* --------------------------------------------------------------- events */
+
+/* Makes room for an event of at most n bytes; 0 or the sticky error. */
+static int reserve(mlz_writer *w, size_t n)
+{
+    if (w->err) return w->err;
+    if (w->len + n > w->cap) return flush(w);
+    return 0;
+}
+
+/* Events from several threads can arrive slightly out of order; a negative
+ * delta cannot be encoded, so such an event keeps its predecessor's time. */
+static uint64_t delta_to(const mlz_writer *w, uint64_t t_us)
+{
+    return t_us > w->last_us ? t_us - w->last_us : 0;
+}
+
+static size_t put_head(mlz_writer *w, uint8_t type, uint64_t delta)
+{
+    w->last_us += delta;
+    uint8_t *p = w->buf + w->len;
+    p[0] = type;
+    return 1 + mlz_varint_put(p + 1, delta);
+}
+
+static int put_alloc(mlz_writer *w, uint64_t delta, uint64_t addr, uint64_t size,
+                     uint64_t stack_id, uint16_t thread)
+{
+    int rc = reserve(w, 1 + 10 + 8 + 10 + 10 + 2);
+    if (rc) return rc;
+    size_t n = put_head(w, MLZ_EV_ALLOC, delta);
+    uint8_t *p = w->buf + w->len;
+    mlz_put_u64(p + n, addr); n += 8;
+    n += mlz_varint_put(p + n, size);
+    n += mlz_varint_put(p + n, stack_id);
+    mlz_put_u16(p + n, thread); n += 2;
+    w->len += n;
+    w->events++;
+    return 0;
+}
+
+static int put_free(mlz_writer *w, uint64_t delta, uint64_t addr)
+{
+    int rc = reserve(w, 1 + 10 + 8);
+    if (rc) return rc;
+    size_t n = put_head(w, MLZ_EV_FREE, delta);
+    mlz_put_u64(w->buf + w->len + n, addr);
+    w->len += n + 8;
+    w->events++;
+    return 0;
+}
+
+static int put_gc(mlz_writer *w, uint64_t delta, uint64_t objects, uint64_t bytes)
+{
+    int rc = reserve(w, 1 + 30);
+    if (rc) return rc;
+    size_t n = put_head(w, MLZ_EV_GC, delta);
+    uint8_t *p = w->buf + w->len;
+    n += mlz_varint_put(p + n, objects);
+    n += mlz_varint_put(p + n, bytes);
+    w->len += n;
+    w->events++;
+    return 0;
+}
+
+static int put_marker(mlz_writer *w, uint64_t delta, uint64_t name_id)
+{
+    int rc = reserve(w, 1 + 20);
+    if (rc) return rc;
+    size_t n = put_head(w, MLZ_EV_MARKER, delta);
+    n += mlz_varint_put(w->buf + w->len + n, name_id);
+    w->len += n;
+    w->events++;
+    return 0;
+}
+
+static int put_ext(mlz_writer *w, unsigned type, uint64_t delta,
+                   const void *payload, size_t len)
+{
+    if (type < MLZ_EV_EXT_FIRST || type > 255 || len > MLZ_EXT_MAX)
+        return fail(w, -EINVAL);
+    int rc = reserve(w, 1 + 10 + 10 + len);
+    if (rc) return rc;
+    size_t n = put_head(w, (uint8_t)type, delta);
+    uint8_t *p = w->buf + w->len;
+    n += mlz_varint_put(p + n, len);
+    memcpy(p + n, payload, len);
+    w->len += n + len;
+    w->events++;
+    return 0;
+}
+
+int mlz_writer_alloc(mlz_writer *w, uint64_t t_us, uint64_t addr, uint64_t size,
+                     uint64_t stack_id, uint16_t thread)
+{
+    return put_alloc(w, delta_to(w, t_us), addr, size, stack_id, thread);
+}
+
+int mlz_writer_free(mlz_writer *w, uint64_t t_us, uint64_t addr)
+{
+    return put_free(w, delta_to(w, t_us), addr);
+}
+
+int mlz_writer_gc(mlz_writer *w, uint64_t t_us, uint64_t objects, uint64_t bytes)
+{
+    return put_gc(w, delta_to(w, t_us), objects, bytes);
+}
+
+int mlz_writer_marker(mlz_writer *w, uint64_t t_us, uint64_t name_id)
+{
+    return put_marker(w, delta_to(w, t_us), name_id);
+}
+
+int mlz_writer_ext(mlz_writer *w, unsigned type, uint64_t t_us, const void *payload, size_t len)
+{
+    return put_ext(w, type, delta_to(w, t_us), payload, len);
+}
+
+/* Undump: the event keeps exactly the delta it had. */
+int mlz_writer_raw_event(mlz_writer *w, const mlz_event *ev)
+{
+    uint64_t d = ev->delta_us;
+    switch (ev->type) {
+    case MLZ_EV_ALLOC:  return put_alloc(w, d, ev->addr, ev->size, ev->stack_id, ev->thread);
+    case MLZ_EV_FREE:   return put_free(w, d, ev->addr);
+    case MLZ_EV_GC:     return put_gc(w, d, ev->objects, ev->bytes);
+    case MLZ_EV_MARKER: return put_marker(w, d, ev->name_id);
+    default:            return put_ext(w, (unsigned)ev->type, d, ev->data, ev->len);
+    }
+}

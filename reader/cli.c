@@ -1,0 +1,95 @@
+/*
+ * cli.c - helpers shared by the memlyze subcommands.
+ */
+#include "cli.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+int cli_error(const char *cmd, const char *fmt, ...)
+{
+    va_list ap;
+    fprintf(stderr, "memlyze %s: ", cmd);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    return 1;
+}
+
+int cli_usage_error(const mlz_command *c, const char *fmt, ...)
+{
+    va_list ap;
+    fprintf(stderr, "memlyze %s: ", c->name);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    /* Only the first usage line, so the error stays short. */
+    const char *nl = strchr(c->usage, '\n');
+    fprintf(stderr, "%.*s\n", nl ? (int)(nl - c->usage) : (int)strlen(c->usage), c->usage);
+    return 2;
+}
+
+int cli_wants_help(const mlz_command *c, int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--")) break;
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            printf("%s", c->usage);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+void cli_print_format_error(const char *cmd, const char *path, const mlz_error *e)
+{
+    if (e->rule == MLZ_RULE_IO)
+        fprintf(stderr, "memlyze %s: %s: %s\n", cmd, path, e->msg);
+    else
+        fprintf(stderr, "memlyze %s: %s: invalid: %s at byte %llu: %s\n", cmd, path,
+                mlz_rule_name(e->rule), (unsigned long long)e->offset, e->msg);
+}
+
+mlz_reader *cli_open(const char *cmd, const char *path, unsigned flags)
+{
+    mlz_error e = { 0 };
+    mlz_reader *r = mlz_reader_open(path, flags, &e);
+    if (!r) cli_print_format_error(cmd, path, &e);
+    return r;
+}
+
+const char *cli_bytes(double b, char *buf, size_t len)
+{
+    static const char *units[] = { "B", "KiB", "MiB", "GiB", "TiB" };
+    int u = 0;
+    double a = b < 0 ? -b : b;
+    while (a >= 1024 && u < 4) { a /= 1024; b /= 1024; u++; }
+    if (u == 0) snprintf(buf, len, "%.0f B", b);
+    else snprintf(buf, len, "%.*f %s", a < 10 ? 2 : a < 100 ? 1 : 0, b, units[u]);
+    return buf;
+}
+
+long long cli_parse_size(const char *s)
+{
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || end == s || *s == '-') return -1;
+    unsigned long long mul = 1;
+    switch (tolower((unsigned char)*end)) {
+    case 0: break;
+    case 'k': mul = 1ull << 10; end++; break;
+    case 'm': mul = 1ull << 20; end++; break;
+    case 'g': mul = 1ull << 30; end++; break;
+    default: return -1;
+    }
+    if (*end == 'i' || *end == 'I') end++;
+    if (*end == 'b' || *end == 'B') end++;
+    if (*end || v > (unsigned long long)(1ll << 62) / mul) return -1;
+    return (long long)(v * mul);
+}

@@ -1,0 +1,36 @@
+/*
+ * cli.h - what the memlyze subcommands share: the command table entry,
+ * one-line errors, opening a file for reading, number formatting.
+ */
+#ifndef MLZ_CLI_H
+#define MLZ_CLI_H
+
+#include "mlz_format.h"
+
+#include <stdio.h>
+
+typedef struct mlz_command {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *summary;
+    const char *usage;        /* printed by --help and after a usage error */
+} mlz_command;
+
+/* One line on stderr: "memlyze CMD: message". Returns exit status 1. */
+int  cli_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Usage error: the message, then the command's usage line; returns 2. */
+int  cli_usage_error(const mlz_command *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* True (after printing usage to stdout) when argv asks for help. */
+int  cli_wants_help(const mlz_command *c, int argc, char **argv);
+/* Opens FILE for reading; on failure prints "memlyze CMD: FILE: reason". */
+mlz_reader *cli_open(const char *cmd, const char *path, unsigned flags);
+/* Prints an error from the reader as one line naming file, rule and offset. */
+void cli_print_format_error(const char *cmd, const char *path, const mlz_error *e);
+/* Human-readable bytes: "1.5 MiB". */
+const char *cli_bytes(double bytes, char *buf, size_t len);
+/* Parses sizes like "512k", "4M", "1"; -1 on error. */
+long long cli_parse_size(const char *s);
+
+extern const mlz_command cmd_validate, cmd_dump, cmd_undump, cmd_stats, cmd_top;
+
+#endif

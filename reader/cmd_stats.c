@@ -1,0 +1,73 @@
+/*
+ * cmd_stats.c - memlyze stats FILE: what a file holds, in numbers.
+ */
+#include "cli.h"
+#include "profile.h"
+
+#include <string.h>
+
+static void fmt_time(uint64_t us, char *buf, size_t len)
+{
+    snprintf(buf, len, "%.6f s", (double)us / 1e6);
+}
+
+static int run(int argc, char **argv)
+{
+    if (argc != 2) return cli_usage_error(&cmd_stats, argc < 2 ? "no file given" : "one file at a time");
+    mlz_reader *r = cli_open("stats", argv[1], 0);
+    if (!r) return 1;
+    prof p;
+    mlz_error e = { 0 };
+    if (prof_replay(&p, r, UINT64_MAX, &e)) {
+        cli_print_format_error("stats", argv[1], &e);
+        prof_free(&p);
+        mlz_reader_close(r);
+        return 1;
+    }
+    const mlz_header *h = mlz_reader_header(r);
+    const mlz_meta *m = p.meta;
+    static const char *names[] = { "alloc", "free", "gc", "marker", "extension" };
+    char b1[32], b2[32], b3[32];
+    uint64_t raw = 0;
+    for (int i = 0; i < 5; i++) raw += p.enc_bytes[i];
+
+    printf("file:            %s\n", argv[1]);
+    printf("kind:            %s\n", m->kind ? m->kind : "plain v1");
+    if (m->pid >= 0) printf("pid:             %lld\n", (long long)m->pid);
+    if (m->exe) printf("executable:      %s\n", m->exe);
+    printf("sampling rate:   %s\n", p.rate <= 1 ? "every allocation (exact)" : cli_bytes((double)p.rate, b1, sizeof b1));
+    printf("compression:     %s\n", (h->flags & MLZ_FLAG_LZ4) ? "lz4 blocks" : "none");
+    printf("events:          %llu\n", (unsigned long long)p.events);
+    for (int i = 0; i < 5; i++)
+        if (p.count[i])
+            printf("  %-10s     %llu (%.2f bytes/record)\n", names[i], (unsigned long long)p.count[i],
+                   (double)p.enc_bytes[i] / (double)p.count[i]);
+    if (p.events) {
+        printf("bytes/record:    %.2f raw", (double)raw / (double)p.events);
+        if (h->flags & MLZ_FLAG_LZ4) printf(", %.2f on disk", (double)h->stream_len / (double)p.events);
+        printf("\n");
+    }
+    fmt_time(p.last_us - h->start_us, b1, sizeof b1);
+    printf("time span:       %s\n", b1);
+    printf("live at end:     %s in %.0f objects (%llu samples)\n", cli_bytes(p.live_bytes.value, b2, sizeof b2),
+           p.live_count.value, (unsigned long long)p.live_samples);
+    fmt_time(p.peak_us - h->start_us, b1, sizeof b1);
+    printf("peak live:       %s at +%s\n", cli_bytes(p.peak_bytes, b3, sizeof b3), b1);
+    size_t used = 0;
+    for (size_t i = 0; i < p.nsites; i++) used += p.sites[i].samples > 0;
+    printf("stacks:          %zu distinct in use, %zu in metadata\n", used, m->nstacks);
+    if (p.unmatched_frees) printf("unmatched frees: %llu (of allocations not recorded)\n", (unsigned long long)p.unmatched_frees);
+    prof_free(&p);
+    mlz_reader_close(r);
+    return 0;
+}
+
+const mlz_command cmd_stats = {
+    "stats", run, "counts, sizes and totals of a file",
+    "usage: memlyze stats FILE\n"
+    "\n"
+    "Prints event counts per type with bytes per record, the time span, live\n"
+    "objects and bytes at the end, the peak of live bytes and when it happened,\n"
+    "and the number of distinct stacks. Byte figures are estimates scaled from\n"
+    "the samples by the file's sampling rate.\n",
+};

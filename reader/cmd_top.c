@@ -1,0 +1,151 @@
+/*
+ * cmd_top.c - memlyze top FILE: allocation sites ranked by estimated bytes.
+ */
+#include "cli.h"
+#include "profile.h"
+
+#include <getopt.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum by { BY_LIVE, BY_PEAK, BY_ALLOCATED, BY_COUNT };
+
+static enum by g_by;
+static double key_of(const prof_site *s)
+{
+    switch (g_by) {
+    case BY_PEAK: return s->peak_bytes;
+    case BY_ALLOCATED: return s->alloc_bytes.value;
+    case BY_COUNT: return s->alloc_count.value;
+    default: return s->live_bytes.value;
+    }
+}
+
+static int cmp_site(const void *a, const void *b)
+{
+    double x = key_of(*(prof_site *const *)a), y = key_of(*(prof_site *const *)b);
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* "func (file:line)", or the module and offset when the frame is unresolved. */
+static void fmt_frame(const mlz_meta *m, const mlz_frame *f, char *buf, size_t len)
+{
+    const char *fn = mlz_meta_function(m, f->func_id), *file = mlz_meta_file(m, f->file_id);
+    const char *base = file ? strrchr(file, '/') : NULL;
+    base = base ? base + 1 : file;
+    if (base && *base && f->line)
+        snprintf(buf, len, "%s (%s:%u)%s", fn ? fn : "??", base, f->line, f->inlined ? " [inlined]" : "");
+    else
+        snprintf(buf, len, "%s%s", fn ? fn : "??", f->inlined ? " [inlined]" : "");
+}
+
+static int run(int argc, char **argv)
+{
+    long n = 10, frames = 4;
+    int c;
+    g_by = BY_LIVE;
+    static const struct option opts[] = {
+        { "by", required_argument, 0, 'b' }, { "frames", required_argument, 0, 'f' }, { 0, 0, 0, 0 } };
+    while ((c = getopt_long(argc, argv, "n:", opts, NULL)) != -1) {
+        char *end;
+        switch (c) {
+        case 'n':
+            n = strtol(optarg, &end, 10);
+            if (*end || n <= 0) return cli_usage_error(&cmd_top, "-n needs a positive number");
+            break;
+        case 'f':
+            frames = strtol(optarg, &end, 10);
+            if (*end || frames <= 0) return cli_usage_error(&cmd_top, "--frames needs a positive number");
+            break;
+        case 'b':
+            if (!strcmp(optarg, "live")) g_by = BY_LIVE;
+            else if (!strcmp(optarg, "peak")) g_by = BY_PEAK;
+            else if (!strcmp(optarg, "allocated")) g_by = BY_ALLOCATED;
+            else if (!strcmp(optarg, "count")) g_by = BY_COUNT;
+            else return cli_usage_error(&cmd_top, "--by takes live, peak, allocated or count");
+            break;
+        default:
+            return cli_usage_error(&cmd_top, "bad option");
+        }
+    }
+    if (argc - optind != 1) return cli_usage_error(&cmd_top, "need exactly one FILE");
+    const char *path = argv[optind];
+    mlz_reader *r = cli_open("top", path, 0);
+    if (!r) return 1;
+    prof p;
+    mlz_error e = { 0 };
+    if (prof_replay(&p, r, UINT64_MAX, &e)) {
+        cli_print_format_error("top", path, &e);
+        prof_free(&p);
+        mlz_reader_close(r);
+        return 1;
+    }
+
+    prof_site **order = malloc((p.nsites ? p.nsites : 1) * sizeof *order);
+    size_t k = 0;
+    uint64_t total_samples = 0;
+    double total = 0;
+    for (size_t i = 0; i < p.nsites; i++) {
+        total_samples += p.sites[i].samples;
+        total += key_of(&p.sites[i]);
+        if (p.sites[i].samples && key_of(&p.sites[i]) > 0) order[k++] = &p.sites[i];
+    }
+    qsort(order, k, sizeof *order, cmp_site);
+
+    static const char *what[] = { "live bytes", "peak bytes", "allocated bytes", "allocations" };
+    char b1[32], b2[32], fr[512];
+    const char *rate = p.rate <= 1 ? "exact (every allocation)" : cli_bytes((double)p.rate, b1, sizeof b1);
+    printf("%s: live %s", path, cli_bytes(p.live_bytes.value, b2, sizeof b2));
+    if (p.rate > 1) printf(" \xc2\xb1 %s", cli_bytes(est_ci95(&p.live_bytes), fr, sizeof fr));
+    printf(" in ~%.0f objects; sampling %s; %llu samples, %llu live\n", p.live_count.value, rate,
+           (unsigned long long)total_samples, (unsigned long long)p.live_samples);
+    if (p.rate > 1 && p.live_samples < 100 && g_by == BY_LIVE)
+        printf("warning: only %llu live samples; estimates are rough (use a lower --rate or a longer run)\n",
+               (unsigned long long)p.live_samples);
+    printf("%4s  %-28s %6s  %9s  %7s  %s\n", "rank", what[g_by], "share",
+           g_by == BY_COUNT ? "bytes" : "objects", "samples", "site");
+    for (size_t i = 0; i < k && i < (size_t)n; i++) {
+        prof_site *s = order[i];
+        const est *e1 = g_by == BY_ALLOCATED ? &s->alloc_bytes : g_by == BY_COUNT ? &s->alloc_count : &s->live_bytes;
+        char val[64], ci[32] = "";
+        if (g_by == BY_COUNT) snprintf(val, sizeof val, "%.0f", e1->value);
+        else cli_bytes(g_by == BY_PEAK ? s->peak_bytes : e1->value, val, sizeof val);
+        if (p.rate > 1 && g_by != BY_PEAK) {
+            if (g_by == BY_COUNT) snprintf(ci, sizeof ci, " \xc2\xb1 %.0f", est_ci95(e1));
+            else { strcpy(ci, " \xc2\xb1 "); cli_bytes(est_ci95(e1), ci + 5, sizeof ci - 5); }
+        }
+        char cell[96];
+        snprintf(cell, sizeof cell, "%s%s", val, ci);
+        char other[32];
+        if (g_by == BY_COUNT) cli_bytes(s->alloc_bytes.value, other, sizeof other);
+        else snprintf(other, sizeof other, "%.0f", g_by == BY_ALLOCATED ? s->alloc_count.value : s->live_count.value);
+        const mlz_stack *st = s->stack;
+        if (st->depth) fmt_frame(p.meta, &st->frames[0], fr, sizeof fr);
+        else snprintf(fr, sizeof fr, "(no frames)");
+        /* The +1 accounts for the 2-byte UTF-8 plus-minus sign in cell. */
+        printf("%4zu  %-*s %5.1f%%  %9s  %7llu  %s\n", i + 1, 28 + (ci[0] ? 1 : 0), cell,
+               total > 0 ? 100.0 * key_of(s) / total : 0.0, other, (unsigned long long)s->samples, fr);
+        for (uint32_t j = 1; j < st->depth && j < (uint32_t)frames; j++) {
+            fmt_frame(p.meta, &st->frames[j], fr, sizeof fr);
+            printf("%4s  %-28s %6s  %9s  %7s    <- %s\n", "", "", "", "", "", fr);
+        }
+    }
+    if (k == 0) printf("(no allocation sites)\n");
+    free(order);
+    prof_free(&p);
+    mlz_reader_close(r);
+    return 0;
+}
+
+const mlz_command cmd_top = {
+    "top", run, "allocation sites ranked by estimated bytes",
+    "usage: memlyze top [-n N] [--by live|peak|allocated|count] [--frames N] FILE\n"
+    "\n"
+    "Ranks allocation sites (stacks) by estimated live bytes at the end of FILE,\n"
+    "or by their own peak of live bytes, by bytes allocated over the whole\n"
+    "recording, or by number of allocations. Estimates are scaled from the\n"
+    "samples by the sampling rate, with their 95% confidence interval.\n"
+    "  -n N          show N sites (default 10)\n"
+    "  --by KEY      live (default), peak, allocated or count\n"
+    "  --frames N    frames shown per site (default 4)\n",
+};

@@ -1,0 +1,49 @@
+/*
+ * main.c - the memlyze command: a table of subcommands, git style.
+ * Each subcommand lives in cmd_NAME.c and answers --help.
+ */
+#include "cli.h"
+
+#include <string.h>
+
+static const mlz_command *const commands[] = {
+    &cmd_validate, &cmd_dump, &cmd_undump, &cmd_stats, &cmd_top,
+};
+#define NCOMMANDS (sizeof commands / sizeof commands[0])
+
+static void usage(FILE *out)
+{
+    fprintf(out, "usage: memlyze COMMAND [ARGS]\n\n"
+                 "memlyze reads .mlyze heap profiles. Commands:\n");
+    for (size_t i = 0; i < NCOMMANDS; i++)
+        fprintf(out, "  %-10s %s\n", commands[i]->name, commands[i]->summary);
+    fprintf(out, "\nmemlyze COMMAND --help shows a command's options.\n");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    const char *name = argv[1];
+    if (!strcmp(name, "--help") || !strcmp(name, "-h") || !strcmp(name, "help")) {
+        if (argc > 2) {
+            for (size_t i = 0; i < NCOMMANDS; i++)
+                if (!strcmp(commands[i]->name, argv[2])) {
+                    printf("%s", commands[i]->usage);
+                    return 0;
+                }
+            return cli_error("help", "no such command '%s'", argv[2]) + 1;
+        }
+        usage(stdout);
+        return 0;
+    }
+    for (size_t i = 0; i < NCOMMANDS; i++)
+        if (!strcmp(commands[i]->name, name)) {
+            if (cli_wants_help(commands[i], argc - 1, argv + 1)) return 0;
+            return commands[i]->run(argc - 1, argv + 1);
+        }
+    fprintf(stderr, "memlyze: '%s' is not a memlyze command (see memlyze --help)\n", name);
+    return 2;
+}

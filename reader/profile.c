@@ -1,0 +1,120 @@
+/*
+ * profile.c - see profile.h.
+ */
+#include "profile.h"
+#include "sampler.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+double est_ci95(const est *e)
+{
+    return e->var > 0 ? 1.96 * sqrt(e->var) : 0;
+}
+
+static void add(est *e, double v, double var) { e->value += v; e->var += var; }
+static void sub(est *e, double v, double var)
+{
+    e->value -= v;
+    e->var -= var;
+    if (e->var < 0) e->var = 0;
+}
+
+static int kind_of(int type)
+{
+    return type <= MLZ_EV_MARKER ? type : 4;
+}
+
+int prof_replay(prof *p, mlz_reader *r, uint64_t until_us, mlz_error *err)
+{
+    memset(p, 0, sizeof *p);
+    p->meta = mlz_reader_meta(r);
+    if (p->meta->kind && !strcmp(p->meta->kind, "spool")) {
+        snprintf(err->msg, sizeof err->msg, "this is a raw spool; turn it into a profile with memlyze finalize");
+        err->rule = MLZ_RULE_IO;
+        return -1;
+    }
+    p->rate = p->meta->rate ? p->meta->rate : 1;
+    p->nsites = p->meta->nstacks;
+    p->sites = calloc(p->nsites ? p->nsites : 1, sizeof *p->sites);
+    if (!p->sites || addrmap_init(&p->live)) {
+        snprintf(err->msg, sizeof err->msg, "out of memory");
+        err->rule = MLZ_RULE_IO;
+        return -1;
+    }
+    for (size_t i = 0; i < p->nsites; i++) p->sites[i].stack = &p->meta->stacks[i];
+    p->first_us = p->last_us = mlz_reader_header(r)->start_us;
+
+    mlz_event ev;
+    int rc;
+    while ((rc = mlz_reader_next(r, &ev, err)) == 1) {
+        if (ev.time_us > until_us) break;
+        int k = kind_of(ev.type);
+        p->count[k]++;
+        p->enc_bytes[k] += ev.enc_len;
+        p->events++;
+        p->last_us = ev.time_us;
+        if (ev.type == MLZ_EV_ALLOC) {
+            const mlz_stack *st = mlz_meta_stack(p->meta, ev.stack_id);
+            uint32_t si = (uint32_t)(st - p->meta->stacks);
+            prof_site *s = &p->sites[si];
+            double wb = mlz_weight_bytes(ev.size, p->rate), wc = mlz_weight_count(ev.size, p->rate);
+            double vb = mlz_var_bytes(ev.size, p->rate), vc = mlz_var_count(ev.size, p->rate);
+            addr_obj o = { ev.addr, ev.size, ev.time_us, si, ev.thread }, old;
+            int had = addrmap_put(&p->live, &o, &old);
+            if (had < 0) {
+                snprintf(err->msg, sizeof err->msg, "out of memory");
+                err->rule = MLZ_RULE_IO;
+                return -1;
+            }
+            if (had) {   /* allocated again without a FREE we saw: drop the old one */
+                prof_site *os = &p->sites[old.site];
+                double owb = mlz_weight_bytes(old.size, p->rate), owc = mlz_weight_count(old.size, p->rate);
+                sub(&os->live_bytes, owb, mlz_var_bytes(old.size, p->rate));
+                sub(&os->live_count, owc, mlz_var_count(old.size, p->rate));
+                sub(&p->live_bytes, owb, mlz_var_bytes(old.size, p->rate));
+                sub(&p->live_count, owc, mlz_var_count(old.size, p->rate));
+                os->live_samples--;
+                p->live_samples--;
+                p->replaced_allocs++;
+            }
+            s->samples++;
+            s->live_samples++;
+            p->live_samples++;
+            add(&s->alloc_bytes, wb, vb);
+            add(&s->alloc_count, wc, vc);
+            add(&s->live_bytes, wb, vb);
+            add(&s->live_count, wc, vc);
+            add(&p->live_bytes, wb, vb);
+            add(&p->live_count, wc, vc);
+            if (s->live_bytes.value > s->peak_bytes) { s->peak_bytes = s->live_bytes.value; s->peak_us = ev.time_us; }
+            if (p->live_bytes.value > p->peak_bytes) { p->peak_bytes = p->live_bytes.value; p->peak_us = ev.time_us; }
+        } else if (ev.type == MLZ_EV_FREE) {
+            addr_obj o;
+            if (!addrmap_take(&p->live, ev.addr, &o)) {
+                p->unmatched_frees++;   /* allocated before recording, or not sampled */
+                continue;
+            }
+            prof_site *s = &p->sites[o.site];
+            double wb = mlz_weight_bytes(o.size, p->rate), wc = mlz_weight_count(o.size, p->rate);
+            double vb = mlz_var_bytes(o.size, p->rate), vc = mlz_var_count(o.size, p->rate);
+            sub(&s->live_bytes, wb, vb);
+            sub(&s->live_count, wc, vc);
+            sub(&p->live_bytes, wb, vb);
+            sub(&p->live_count, wc, vc);
+            /* Exact zero when nothing is left: no floating-point residue. */
+            if (--s->live_samples == 0) s->live_bytes = s->live_count = (est){ 0, 0 };
+            if (--p->live_samples == 0) p->live_bytes = p->live_count = (est){ 0, 0 };
+        }
+    }
+    return rc < 0 ? -1 : 0;
+}
+
+void prof_free(prof *p)
+{
+    free(p->sites);
+    addrmap_free(&p->live);
+    memset(p, 0, sizeof *p);
+}

@@ -1,0 +1,51 @@
+/*
+ * profile.h - replays a .mlyze event stream into per-site estimates.
+ *
+ * A site is one stack id. Each sampled allocation carries a
+ * Horvitz-Thompson weight from the file's sampling rate (core/sampler.h):
+ * estimated bytes s/p and count 1/p with p = 1 - exp(-(s+1)/rate), and the
+ * matching variances give the 95% intervals. With rate 1 (exact mode) or no
+ * rate at all (a plain v1 file) every weight is 1 and the interval is zero.
+ */
+#ifndef MLZ_PROFILE_H
+#define MLZ_PROFILE_H
+
+#include "addrmap.h"
+#include "mlz_format.h"
+
+typedef struct est {
+    double value, var;        /* estimate and its variance */
+} est;
+
+typedef struct prof_site {
+    const mlz_stack *stack;
+    uint64_t samples;         /* ALLOC events at this site */
+    uint64_t live_samples;
+    est alloc_bytes, alloc_count, live_bytes, live_count;
+    double peak_bytes;        /* the site's own highest live estimate */
+    uint64_t peak_us;
+} prof_site;
+
+typedef struct prof {
+    const mlz_meta *meta;
+    uint64_t rate;            /* 1 = exact */
+    prof_site *sites;         /* parallel to meta->stacks */
+    size_t nsites;
+    uint64_t count[5];        /* ALLOC, FREE, GC, MARKER, extensions */
+    uint64_t enc_bytes[5];    /* encoded bytes per kind */
+    uint64_t unmatched_frees, replaced_allocs;
+    uint64_t first_us, last_us, events;
+    est live_bytes, live_count;
+    uint64_t live_samples;
+    double peak_bytes;
+    uint64_t peak_us;
+    addrmap live;
+} prof;
+
+/* Replays r's events up to and including time until_us (UINT64_MAX: all).
+ * 0 on success, -1 with *err (a format error or out of memory). */
+int  prof_replay(prof *p, mlz_reader *r, uint64_t until_us, mlz_error *err);
+void prof_free(prof *p);
+double est_ci95(const est *e);   /* half-width of the 95% interval */
+
+#endif

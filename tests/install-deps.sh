@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Installs the Debian packages memlyze's build and tests need, saying which.
+# Run as root (or with sudo available). Safe to re-run: installs only what is missing.
+set -eu
+pkgs=(
+  gcc make pkg-config
+  libelf-dev        # reading ELF files and modules (injector, gotpatch)
+  libdw-dev         # DWARF symbolization: function, file:line, inlines, debug links
+  libcapstone-dev   # disassembly for the blind-spot report
+  liblz4-dev        # the .mlyze Phase 2 block compression
+  libjansson-dev    # parsing the .mlyze JSON metadata
+  zlib1g-dev        # gzip for pprof export
+  clang libclang-rt-14-dev  # libFuzzer and sanitizer runtimes for the fuzzer
+  gdb               # debugger integration tests
+  python3
+)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then echo "deps: all present"; exit 0; fi
+echo "deps: installing ${missing[*]}"
+SUDO=; [ "$(id -u)" -eq 0 ] || SUDO=sudo
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+echo "deps: done"

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Runs every test and prints one closing line: "N passed, N failed".
+#
+#   tests/run.sh                  plain, ASan+UBSan and TSan unit tests, then tests/e2e/*.sh
+#   tests/run.sh --only DIR       only the unit tests built under DIR (e.g. build/san-address-undefined)
+#
+# Each test program prints "PASS: name" / "FAIL: name" lines. A program that
+# dies without printing a FAIL line (a crash, a sanitizer report) counts as
+# one failure under its own name, so nothing can fail silently.
+set -u
+cd "$(dirname "$0")/.."
+export MLZ_BUILD=${MLZ_BUILD:-build}
+pass=0; fail=0; failed_names=()
+
+run_one() {   # run_one LABEL CMD...
+    local label=$1; shift
+    local out rc p f
+    out=$("$@" 2>&1); rc=$?
+    p=$(grep -c '^PASS: ' <<<"$out"); f=$(grep -c '^FAIL: ' <<<"$out")
+    if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; out+=$'\n'"FAIL: $label (exit $rc)"; fi
+    pass=$((pass + p)); fail=$((fail + f))
+    if [ "$f" -ne 0 ]; then
+        failed_names+=("$label")
+        printf '%s\n' "--- $label" "$out" | tail -n 60
+    else
+        printf 'ok   %-40s %3d passed\n' "$label" "$p"
+    fi
+}
+
+dirs=(build build/san-address-undefined build/san-thread)
+if [ "${1:-}" = "--only" ]; then dirs=("$2"); fi
+
+for d in "${dirs[@]}"; do
+    [ -d "$d/tests" ] || continue
+    for t in "$d"/tests/test_*; do
+        [ -x "$t" ] || continue
+        # TSan builds exist only for the lock-free tests; halt on the first race.
+        case "$d" in *thread*) export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1";; esac
+        run_one "${d#build}${d#build:+/}$(basename "$t")" "$t"
+        unset TSAN_OPTIONS
+    done
+done
+
+if [ "${1:-}" != "--only" ]; then
+    for s in tests/e2e/*.sh; do
+        [ -f "$s" ] || continue
+        run_one "e2e/$(basename "$s")" bash "$s"
+    done
+fi
+
+[ ${#failed_names[@]} -eq 0 ] || echo "failed: ${failed_names[*]}"
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
