@@ -100,16 +100,19 @@ asan:
 	@$(MAKE) --no-print-directory SANITIZE=address,undefined unit-bins
 	@tests/run.sh --only build/san-address-undefined
 
-# libFuzzer needs clang; the corpus seeds come from tests/fuzz/corpus.
+# libFuzzer needs clang; seeds are dump texts in tests/fuzz/seeds.
 FUZZ_BIN := build/fuzz/fuzz_reader
 $(FUZZ_BIN): tests/fuzz/fuzz_reader.c $(wildcard format/*.c) $(wildcard format/*.h)
 	@mkdir -p $(@D)
 	clang -std=c11 -g -O1 -D_GNU_SOURCE -Iformat -fsanitize=fuzzer,address,undefined \
 	    -o $@ tests/fuzz/fuzz_reader.c $(wildcard format/*.c) -ljansson -llz4
-fuzz: $(FUZZ_BIN)
-	@mkdir -p build/fuzz/corpus
-	$(FUZZ_BIN) -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -timeout=10 \
-	    build/fuzz/corpus tests/fuzz/corpus
+# Seeds are kept as dump text (reviewable) and turned into binaries here.
+fuzz: $(FUZZ_BIN) $(MEMLYZE)
+	@rm -rf build/fuzz/seeds && mkdir -p build/fuzz/corpus build/fuzz/seeds
+	@for s in tests/fuzz/seeds/*.txt; do \
+	    $(MEMLYZE) undump -o build/fuzz/seeds/$$(basename $$s .txt).mlyze $$s || exit 1; done
+	$(FUZZ_BIN) -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -timeout=10 -print_final_stats=1 \
+	    build/fuzz/corpus build/fuzz/seeds
 
 bench: all
 	$(O)/bench/bench_format

@@ -112,7 +112,7 @@ static int run(int argc, char **argv)
         else cli_bytes(g_by == BY_PEAK ? s->peak_bytes : e1->value, val, sizeof val);
         if (p.rate > 1 && g_by != BY_PEAK) {
             if (g_by == BY_COUNT) snprintf(ci, sizeof ci, " \xc2\xb1 %.0f", est_ci95(e1));
-            else { strcpy(ci, " \xc2\xb1 "); cli_bytes(est_ci95(e1), ci + 5, sizeof ci - 5); }
+            else { char b[24]; snprintf(ci, sizeof ci, " \xc2\xb1 %s", cli_bytes(est_ci95(e1), b, sizeof b)); }
         }
         char cell[96];
         snprintf(cell, sizeof cell, "%s%s", val, ci);

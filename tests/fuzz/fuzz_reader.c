@@ -1,0 +1,32 @@
+/*
+ * fuzz_reader.c - libFuzzer target: any byte string fed to the reader must
+ * end in a clean stream end or a reported error, never a crash, a hang or a
+ * sanitizer report. Seeds: tests/fuzz/seeds/*.txt, turned into binary files
+ * by `memlyze undump` when `make fuzz` runs.
+ */
+#include "mlz_format.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    mlz_error e;
+    for (unsigned flags = 0; flags <= MLZ_READ_TRUNCATED_OK; flags += MLZ_READ_TRUNCATED_OK) {
+        mlz_reader *r = mlz_reader_open_mem(data, size, flags, &e);
+        if (!r) continue;
+        mlz_event ev;
+        uint64_t sum = 0;
+        while (mlz_reader_next(r, &ev, &e) == 1) {
+            sum += ev.addr + ev.size + ev.len;
+            for (uint64_t i = 0; i < ev.len; i++) sum += ev.data[i];  /* payload must be readable */
+        }
+        const mlz_meta *m = mlz_reader_meta(r);
+        for (size_t i = 0; i < m->nstacks; i++)
+            for (uint32_t j = 0; j < m->stacks[i].depth; j++)
+                sum += (uintptr_t)mlz_meta_function(m, m->stacks[i].frames[j].func_id);
+        (void)sum;
+        mlz_reader_close(r);
+    }
+    return 0;
+}
