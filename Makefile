@@ -121,8 +121,9 @@ deps:
 	@tests/install-deps.sh
 
 install: all
-	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/memlyze $(DESTDIR)$(PREFIX)/share/man/man1
 	install -m 755 $(MEMLYZE) $(DESTDIR)$(PREFIX)/bin/memlyze
+	$(if $(PAYLOAD),install -m 755 $(PAYLOAD) $(DESTDIR)$(PREFIX)/lib/memlyze/libmemlyze.so)
 	install -m 644 docs/memlyze.1 $(DESTDIR)$(PREFIX)/share/man/man1/memlyze.1
 
 clean:

@@ -179,7 +179,7 @@ static int load_modules(mlz_meta *m, json_t *arr, mlz_error *err)
     if (!m->modules) return merr(err, MLZ_RULE_IO, 0, "out of memory");
     for (size_t i = 0; i < m->nmodules; i++) {
         json_t *o = json_array_get(arr, i), *p = json_object_get(o, "path"), *b = json_object_get(o, "build_id");
-        mlz_module *mod = &m->modules[i];
+        mlz_meta_module *mod = &m->modules[i];
         if (!json_is_object(o) || !json_is_string(p) || (b && !json_is_string(b)) ||
             get_uint(o, "base", &mod->base, 1) || get_uint(o, "size", &mod->size, 0) < 0)
             return merr(err, MLZ_RULE_METADATA, MLZ_HEADER_SIZE,

@@ -166,11 +166,11 @@ typedef struct mlz_stack {
     mlz_frame *frames;        /* leaf (allocation site) first */
 } mlz_stack;
 
-typedef struct mlz_module {
+typedef struct mlz_meta_module {
     char    *path;
     char    *build_id;        /* hex, may be NULL */
     uint64_t base, size;
-} mlz_module;
+} mlz_meta_module;
 
 typedef struct mlz_meta {
     char       *json;         /* the metadata bytes as stored */
@@ -183,7 +183,7 @@ typedef struct mlz_meta {
     mlz_stack  *stacks;  size_t nstacks;    /* sorted by id */
     uint64_t   *file_ids;  char **files;     size_t nfiles;     /* sorted */
     uint64_t   *func_ids;  char **functions; size_t nfunctions; /* sorted */
-    mlz_module *modules; size_t nmodules;
+    mlz_meta_module *modules; size_t nmodules;
 } mlz_meta;
 
 const mlz_stack *mlz_meta_stack(const mlz_meta *m, uint64_t id);

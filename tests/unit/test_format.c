@@ -6,6 +6,9 @@
 #include "../check.h"
 #include "mlz_format.h"
 #include "varint.h"
+#include "jsonw.h"
+
+#include <jansson.h>
 
 #include <errno.h>
 #include <fcntl.h>
@@ -370,6 +373,48 @@ static void test_each_rule(void)
     CHECK(read_all(path_of("rule.mlyze"), 0, &n, &e) == -1 && e.rule == MLZ_RULE_VERSION && e.offset == 4);
 }
 
+/* The no-malloc JSON emitter produces what jansson parses back. */
+static void test_json_writer(void)
+{
+    char buf[512];
+    mlz_jw w;
+    mlz_jw_init(&w, buf, sizeof buf);
+    mlz_jw_obj(&w, NULL);
+    mlz_jw_str(&w, "kind", "sp\"o\\ol\n\x01");
+    mlz_jw_u64(&w, "rate", 1ull << 62);   /* jansson stops at INT64_MAX */
+    mlz_jw_i64(&w, "pid", -42);
+    mlz_jw_bool(&w, "t", 1);
+    mlz_jw_obj(&w, "functions");
+    mlz_jw_idkey_str(&w, 0, "main");
+    mlz_jw_idkey_str(&w, 17, "work");
+    mlz_jw_end(&w);
+    mlz_jw_obj(&w, "stack_traces");
+    mlz_jw_idkey_arr(&w, 3);
+    mlz_jw_obj(&w, NULL);
+    mlz_jw_u64(&w, "line", 7);
+    mlz_jw_end(&w);
+    mlz_jw_end(&w);
+    mlz_jw_end(&w);
+    mlz_jw_arr(&w, "empty");
+    mlz_jw_end(&w);
+    mlz_jw_end(&w);
+    REQUIRE(mlz_jw_ok(&w) == 0);
+    json_error_t je;
+    json_t *j = json_loadb(buf, w.len, 0, &je);
+    REQUIRE(j);
+    CHECK(!strcmp(json_string_value(json_object_get(j, "kind")), "sp\"o\\ol\n\x01"));
+    CHECK(json_integer_value(json_object_get(j, "pid")) == -42);
+    CHECK(!strcmp(json_string_value(json_object_get(json_object_get(j, "functions"), "17")), "work"));
+    CHECK(json_array_size(json_object_get(json_object_get(j, "stack_traces"), "3")) == 1);
+    json_decref(j);
+    /* Overflow is remembered, never written past the buffer. */
+    mlz_jw_init(&w, buf, 8);
+    mlz_jw_obj(&w, NULL);
+    mlz_jw_str(&w, "long", "xxxxxxxxxxxxxxxx");
+    mlz_jw_end(&w);
+    CHECK(mlz_jw_ok(&w) != 0 && w.len <= 8);
+}
+
 int main(int argc, char **argv)
 {
     CHECK_MAIN_INIT(argc, argv);
@@ -385,6 +430,7 @@ int main(int argc, char **argv)
     RUN(test_plain_v1_truncation);
     RUN(test_bit_flips);
     RUN(test_each_rule);
+    RUN(test_json_writer);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd)) {}
