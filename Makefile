@@ -43,7 +43,7 @@ BENCH_BIN  := $(patsubst bench/%.c,$(O)/bench/%,$(wildcard bench/*.c))
 LIBFORMAT := $(O)/libmlzformat.a
 LIBCORE   := $(O)/libmlzcore.a
 LIBGOT    := $(O)/libmlzgot.a
-PAYLOAD   := $(if $(PAYLOAD_OBJ),$(O)/lib/libmemlyze.so)
+PAYLOAD   := $(if $(PAYLOAD_OBJ),$(O)/lib/libmemlyze.so $(O)/lib/libmemlyze-preload.so)
 MEMLYZE   := $(O)/bin/memlyze
 LIBS      := $(LIBGOT) $(LIBCORE) $(LIBFORMAT)
 
@@ -68,10 +68,14 @@ $(LIBGOT): $(GOT_OBJ)
 
 # The injected library: libc is its only runtime dependency, so it loads in
 # any target (containers, other mount namespaces) that has a glibc.
-$(O)/lib/libmemlyze.so: $(PAYLOAD_OBJ) $(LIBS)
+# libmemlyze-preload.so adds preload.c: exported malloc, free, ... for LD_PRELOAD.
+PAYLOAD_LINK = $(CC) $(LDFLAGS) -shared -Wl,-z,now -Wl,--no-undefined -o $@ $^ -lpthread -lm -ldl
+$(O)/lib/libmemlyze.so: $(filter-out %/preload.o,$(PAYLOAD_OBJ)) $(LIBGOT) $(LIBCORE) $(LIBFORMAT)
 	@mkdir -p $(@D)
-	$(CC) $(LDFLAGS) -shared -Wl,-z,now -Wl,--no-undefined -o $@ $(PAYLOAD_OBJ) \
-	    -Wl,--whole-archive $(LIBCORE) -Wl,--no-whole-archive $(LIBGOT) $(LIBFORMAT) -lpthread -lm -ldl
+	$(PAYLOAD_LINK)
+$(O)/lib/libmemlyze-preload.so: $(PAYLOAD_OBJ) $(LIBGOT) $(LIBCORE) $(LIBFORMAT)
+	@mkdir -p $(@D)
+	$(PAYLOAD_LINK)
 
 $(MEMLYZE): $(READER_OBJ) $(LIBS)
 	@mkdir -p $(@D)

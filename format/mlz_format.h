@@ -41,7 +41,7 @@ enum mlz_event_type {
      * leaving 4..6 to the spec's own future proposals. */
     MLZ_EV_EXT_FIRST  = 4,
     MLZ_EV_STACK_RAW  = 16,  /* spool only: id, depth, PCs (leaf first) */
-    MLZ_EV_MODULE     = 17,  /* spool only: base, size, build-id, path */
+    MLZ_EV_MODULE     = 17,  /* spool only: start, size, bias, build-id, path */
 };
 
 typedef struct mlz_header {

@@ -326,7 +326,7 @@ static int check_ext(mlz_reader *r, const mlz_event *ev, mlz_error *err, uint64_
         return 0;
     }
     if (ev->type == MLZ_EV_MODULE) {
-        GETV(a); GETV(b); GETV(c);
+        GETV(a); GETV(b); GETV(c); GETV(c);
         if (c > 64 || (size_t)(end - p) < n + c) return seterr(err, MLZ_RULE_SIZE, off, "MODULE build-id length mismatch");
         n += (size_t)c;
         GETV(c);

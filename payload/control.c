@@ -1,0 +1,103 @@
+/*
+ * control.c - starting and stopping the profiler.
+ *
+ * LD_PRELOAD build: the constructor starts sampling for the whole life of
+ * the process and the destructor seals the spool. The injectable build
+ * (libmemlyze.so) does nothing at load time unless MEMLYZE_MODE=got asks it
+ * to patch GOT slots from its constructor (gotmode.c); the injector calls
+ * the entry points in attach.c instead.
+ *
+ * Semantics: start = sample allocations and track frees; stop = no new
+ * samples, frees still tracked (so what was sampled does not turn into fake
+ * leaks); shutdown = nothing tracked, spool sealed.
+ */
+#include "payload.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/syscall.h>
+
+extern const int mlz__preload_build __attribute__((weak));
+
+static void err_line(const char *msg)
+{
+    /* The one line the payload may ever write to the target's stderr. */
+    if (write(2, msg, strlen(msg))) {}
+}
+
+int mlz__start(void)
+{
+    if (mlz__init()) {
+        err_line("memlyze: cannot set up the profiler; allocations pass through untracked\n");
+        return -1;
+    }
+    if (!mlz__g.spool_path[0]) mlz__default_spool_path();
+    if (mlz__drain_start()) {
+        err_line("memlyze: cannot open the spool file; allocations pass through untracked\n");
+        return -1;
+    }
+    atomic_store(&mlz__g.active_free, 1);
+    atomic_store(&mlz__g.active_alloc, 1);
+    return 0;
+}
+
+void mlz__stop(void)
+{
+    atomic_store(&mlz__g.active_alloc, 0);
+}
+
+void mlz__shutdown(void)
+{
+    atomic_store(&mlz__g.active_alloc, 0);
+    atomic_store(&mlz__g.active_free, 0);
+    mlz__drain_stop();
+}
+
+/* fork: the child gets its own spool (MEMLYZE_FOLLOW_FORK=1) or runs with
+ * the profiler off. The parent's samples copied into the child are dropped
+ * from tracking either way (the child's map starts over). */
+static void atfork_child(void)
+{
+    int was_active = atomic_load(&mlz__g.active_alloc);
+    atomic_store(&mlz__g.active_alloc, 0);
+    atomic_store(&mlz__g.active_free, 0);
+    mlz__drain_forget();
+    mlz__g.pid = (pid_t)syscall(SYS_getpid);
+    if (!was_active || !mlz__g.follow_fork) return;
+    /* A fresh map: the parent's entries describe the parent's heap. */
+    mlz_heapmap_destroy(&mlz__g.map);
+    mlz__g.ready = 0;
+    mlz__g.spool_path[0] = 0;
+    mlz__config_from_env();
+    if (mlz__g.spool_path[0]) {
+        /* MEMLYZE_SPOOL names the parent's file: the child appends .PID. */
+        size_t n = strlen(mlz__g.spool_path);
+        char num[16];
+        int k = 0;
+        unsigned long p = (unsigned long)mlz__g.pid;
+        do { num[k++] = (char)('0' + p % 10); p /= 10; } while (p);
+        if (n + (size_t)k + 2 < sizeof mlz__g.spool_path) {
+            mlz__g.spool_path[n++] = '.';
+            while (k) mlz__g.spool_path[n++] = num[--k];
+            mlz__g.spool_path[n] = 0;
+        }
+    }
+    mlz__tls.ring = NULL;
+    mlz__start();
+}
+
+__attribute__((constructor)) static void payload_load(void)
+{
+    if (!&mlz__preload_build) return;
+    mlz__config_from_env();
+    pthread_atfork(NULL, NULL, atfork_child);
+    mlz__start();
+}
+
+__attribute__((destructor)) static void payload_unload(void)
+{
+    if (!&mlz__preload_build) return;
+    mlz__shutdown();
+}

@@ -1,0 +1,231 @@
+/*
+ * hooks.c - the allocation hooks. The hot path is the first few lines of
+ * each hook: a thread-local countdown decrement and a branch for
+ * allocations, a Bloom-filter test for frees. Everything else is in the
+ * noinline, cold sample paths below them.
+ *
+ * Ordering rules the drain thread relies on (events.c): an ALLOC record is
+ * pushed before its heap-map entry is published, with a timestamp taken
+ * before the slot is reserved; a FREE record's timestamp is taken after
+ * the entry was removed. So a FREE always carries a later time than the
+ * ALLOC it ends.
+ *
+ * The recursion guard (mlz__tls.s.in_hook) is set on every sample path:
+ * if anything we call allocates, that allocation passes straight through.
+ */
+#include "payload.h"
+
+#include <errno.h>
+#include <stdint.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/syscall.h>
+
+__thread mlz_tls mlz__tls __attribute__((tls_model("initial-exec")));
+
+/* A vfork child shares our memory and must not touch profiler state; a
+ * fork child without MEMLYZE_FOLLOW_FORK has profiling off (control.c). */
+static int foreign_process(void)
+{
+    return (pid_t)syscall(SYS_getpid) != mlz__g.pid;
+}
+
+static MLZ_COLD MLZ_NOINLINE void thread_init(mlz_tls *t)
+{
+    uint64_t seed = mlz__g.seed ? mlz__g.seed : mlz_sampler_global_entropy();
+    t->tid = (int32_t)syscall(SYS_gettid);
+    mlz_sampler_thread_init(&t->s, mlz__g.rate,
+                            mlz_sampler_seed_for_thread(seed, (uint64_t)mlz__g.pid,
+                                                        (uint64_t)t->tid, mlz__now_ns()));
+}
+
+/* Captures the caller's stack, our own frames dropped. */
+static unsigned capture(mlz_tls *t, uint64_t *pcs)
+{
+    uint64_t hi = mlz_stack_cache_hi(&t->stack);
+    uint64_t raw[MLZ_MAX_FRAMES + 8];
+    unsigned n = mlz__g.unwinder == MLZ_UNWIND_FP
+                     ? mlz_unwind_fp_bounded(raw, MLZ_MAX_FRAMES + 8, 0, hi)
+                     : mlz_unwind_dwarf_bounded(raw, MLZ_MAX_FRAMES + 8, 0, hi);
+    unsigned i = 0, k = 0;
+    while (i < n && raw[i] >= mlz__g.self_lo && raw[i] < mlz__g.self_hi) i++;
+    for (; i < n && k < MLZ_MAX_FRAMES; i++) pcs[k++] = raw[i];
+    return k;
+}
+
+/* The sampled allocation: reserve, record, publish. */
+static void record_alloc(mlz_tls *t, void *p, size_t n, uint64_t ts)
+{
+    int64_t slot = mlz_heapmap_reserve(&mlz__g.map, (uint64_t)p);
+    if (slot < 0) return;                       /* map full: counted there */
+    mlz_bloom_add(&mlz__g.bloom, (uint64_t)p);
+    uint64_t pcs[MLZ_MAX_FRAMES];
+    unsigned depth = capture(t, pcs);
+    uint32_t id = mlz_stacktab_intern(&mlz__g.stacks, pcs, depth);
+    mlz__push(0 /* ALLOC */, ts, (uint64_t)p, n, id);
+    uint64_t seq = atomic_fetch_add_explicit(&mlz__g.seq, 1, memory_order_relaxed);
+    mlz_heapmap_publish(&mlz__g.map, slot, (uint64_t)p, n, id, (uint32_t)t->tid, ts, seq);
+    atomic_fetch_add_explicit(&mlz__g.c.samples, 1, memory_order_relaxed);
+}
+
+/* Called when the countdown ran out (or on a thread's first allocation).
+ * The allocation itself has been made by the caller. */
+static MLZ_COLD MLZ_NOINLINE void sample_slow(void *p, size_t n, uint64_t ts)
+{
+    mlz_tls *t = &mlz__tls;
+    if (t->s.in_hook) {
+        atomic_fetch_add_explicit(&mlz__g.c.reentrant, 1, memory_order_relaxed);
+        t->s.countdown = 1;       /* look again at the next allocation */
+        return;
+    }
+    if (!t->s.initialized) {
+        t->s.in_hook = 1;
+        thread_init(t);
+        t->s.in_hook = 0;
+        /* This allocation takes its chance against the fresh countdown. */
+        if (!mlz_sampler_should_sample(&t->s, n)) return;
+    }
+    mlz_sampler_rearm(&t->s, mlz__g.rate);
+    if (!p || !atomic_load_explicit(&mlz__g.active_alloc, memory_order_relaxed) || foreign_process())
+        return;
+    t->s.in_hook = 1;
+    atomic_fetch_add_explicit(&mlz__g.c.in_flight, 1, memory_order_acquire);
+    record_alloc(t, p, n, ts);
+    atomic_fetch_sub_explicit(&mlz__g.c.in_flight, 1, memory_order_release);
+    t->s.in_hook = 0;
+}
+
+/* Sampled pointer (maybe) freed: remove before the real free, so the
+ * address cannot be handed out again while its entry still exists. */
+static MLZ_COLD MLZ_NOINLINE void free_slow(void *p)
+{
+    mlz_tls *t = &mlz__tls;
+    if (t->s.in_hook || !atomic_load_explicit(&mlz__g.active_free, memory_order_relaxed) ||
+        foreign_process())
+        return;
+    t->s.in_hook = 1;
+    atomic_fetch_add_explicit(&mlz__g.c.in_flight, 1, memory_order_acquire);
+    if (mlz_heapmap_remove(&mlz__g.map, (uint64_t)p, NULL)) {
+        mlz__push(1 /* FREE */, mlz__now_ns(), (uint64_t)p, 0, 0);
+        atomic_fetch_add_explicit(&mlz__g.c.frees_tracked, 1, memory_order_relaxed);
+    }
+    atomic_fetch_sub_explicit(&mlz__g.c.in_flight, 1, memory_order_release);
+    t->s.in_hook = 0;
+}
+
+/* ------------------------------------------------------------------ hooks */
+
+/* The sample timestamp is taken before the real call: it must precede the
+ * reservation (see the ordering rules above) and costs nothing on the fast
+ * path, which never reaches it. */
+#define ALLOC_HOOK(call, size_expr)                                       \
+    do {                                                                  \
+        mlz_tls *t_ = &mlz__tls;                                          \
+        size_t n_ = (size_expr);                                          \
+        if (mlz_likely(!mlz_sampler_should_sample(&t_->s, n_)))           \
+            return call;                                                  \
+        uint64_t ts_ = mlz__now_ns();                                     \
+        void *p_ = call;                                                  \
+        sample_slow(p_, n_, ts_);                                         \
+        return p_;                                                        \
+    } while (0)
+
+void *mlz_hook_malloc(size_t n)
+{
+    ALLOC_HOOK(mlz__g.real.malloc(n), n);
+}
+
+void mlz_hook_free(void *p)
+{
+    if (p && mlz_unlikely(mlz_bloom_maybe(&mlz__g.bloom, (uint64_t)p))) free_slow(p);
+    mlz__g.real.free(p);
+}
+
+void *mlz_hook_calloc(size_t n, size_t m)
+{
+    size_t total;
+    if (__builtin_mul_overflow(n, m, &total)) return mlz__g.real.calloc(n, m);
+    ALLOC_HOOK(mlz__g.real.calloc(n, m), total);
+}
+
+void *mlz_hook_memalign(size_t align, size_t n)
+{
+    ALLOC_HOOK(mlz__g.real.memalign(align, n), n);
+}
+
+void *mlz_hook_aligned_alloc(size_t align, size_t n)
+{
+    ALLOC_HOOK(mlz__g.real.aligned_alloc(align, n), n);
+}
+
+void *mlz_hook_valloc(size_t n)
+{
+    ALLOC_HOOK(mlz__g.real.valloc(n), n);
+}
+
+void *mlz_hook_pvalloc(size_t n)
+{
+    ALLOC_HOOK(mlz__g.real.pvalloc(n), n);
+}
+
+int mlz_hook_posix_memalign(void **out, size_t align, size_t n)
+{
+    mlz_tls *t = &mlz__tls;
+    if (mlz_likely(!mlz_sampler_should_sample(&t->s, n)))
+        return mlz__g.real.posix_memalign(out, align, n);
+    uint64_t ts = mlz__now_ns();
+    int rc = mlz__g.real.posix_memalign(out, align, n);
+    sample_slow(rc == 0 ? *out : NULL, n, ts);
+    return rc;
+}
+
+/* realloc: the old block leaves the map (its FREE is recorded), the new one
+ * may be sampled like any allocation. If the real realloc fails the old
+ * block is still live, so its entry is put back. */
+static void *realloc_common(void *p, size_t n, void *(*call)(void *, size_t, size_t), size_t m)
+{
+    mlz_tls *t = &mlz__tls;
+    mlz_heap_entry old;
+    int had = 0;
+    if (p && mlz_unlikely(mlz_bloom_maybe(&mlz__g.bloom, (uint64_t)p)) && !t->s.in_hook &&
+        atomic_load_explicit(&mlz__g.active_free, memory_order_relaxed) && !foreign_process()) {
+        t->s.in_hook = 1;
+        had = mlz_heapmap_remove(&mlz__g.map, (uint64_t)p, &old);
+        t->s.in_hook = 0;
+    }
+    size_t total = n * m;
+    int count = mlz_sampler_should_sample(&t->s, total);
+    uint64_t ts = count ? mlz__now_ns() : 0;
+    void *q = call(p, n, m);
+    if (had) {
+        t->s.in_hook = 1;
+        if (!q && total != 0) {
+            /* Failed: p is untouched and still ours to track. */
+            int64_t slot = mlz_heapmap_reserve(&mlz__g.map, (uint64_t)p);
+            if (slot >= 0)
+                mlz_heapmap_publish(&mlz__g.map, slot, (uint64_t)p, old.size, old.stack_id, old.tid,
+                                    old.time_ns, old.seq);
+        } else {
+            mlz__push(1, mlz__now_ns(), (uint64_t)p, 0, 0);
+            atomic_fetch_add_explicit(&mlz__g.c.frees_tracked, 1, memory_order_relaxed);
+        }
+        t->s.in_hook = 0;
+    }
+    if (count) sample_slow(q, total, ts);
+    return q;
+}
+
+static void *call_realloc(void *p, size_t n, size_t m) { (void)m; return mlz__g.real.realloc(p, n); }
+static void *call_reallocarray(void *p, size_t n, size_t m) { return mlz__g.real.reallocarray(p, n, m); }
+
+void *mlz_hook_realloc(void *p, size_t n)
+{
+    return realloc_common(p, n, call_realloc, 1);
+}
+
+void *mlz_hook_reallocarray(void *p, size_t n, size_t m)
+{
+    size_t total;
+    if (__builtin_mul_overflow(n, m, &total)) return mlz__g.real.reallocarray(p, n, m);
+    return realloc_common(p, n, call_reallocarray, m);
+}

@@ -1,0 +1,123 @@
+/*
+ * payload.h - what the files of the injected library share.
+ *
+ * The payload is one global state (mlz__g), one small thread-local block
+ * per thread (mlz__tls, initial-exec so access is a single %fs-relative
+ * load even when we are dlopen'ed into a running process), the hooks, and
+ * the event path from the hooks to the drain thread that writes the spool.
+ */
+#ifndef MLZ_PAYLOAD_H
+#define MLZ_PAYLOAD_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "bloom.h"
+#include "heapmap.h"
+#include "sampler.h"
+#include "stacktab.h"
+#include "unwind.h"
+
+/* The allocator functions the hooks forward to. */
+typedef struct mlz_real_fns {
+    void *(*malloc)(size_t);
+    void  (*free)(void *);
+    void *(*calloc)(size_t, size_t);
+    void *(*realloc)(void *, size_t);
+    int   (*posix_memalign)(void **, size_t, size_t);
+    void *(*aligned_alloc)(size_t, size_t);
+    void *(*memalign)(size_t, size_t);
+    void *(*valloc)(size_t);
+    void *(*pvalloc)(size_t);
+    void *(*reallocarray)(void *, size_t, size_t);
+} mlz_real_fns;
+
+/* Per-thread state: small, so it fits glibc's static TLS surplus. */
+typedef struct mlz_tls {
+    mlz_sampler_tls s;        /* countdown, PRNG, recursion guard */
+    struct mlz_ring *ring;    /* this thread's event ring, claimed lazily */
+    mlz_stack_cache stack;    /* stack bounds for the unwinders */
+    int32_t tid;
+} mlz_tls;
+
+extern __thread mlz_tls mlz__tls __attribute__((tls_model("initial-exec")));
+
+enum mlz_unwinder { MLZ_UNWIND_DWARF = 0, MLZ_UNWIND_FP = 1 };
+
+/* Event records, as the hooks push them (drain thread turns them into
+ * .mlyze events). 32 bytes. */
+typedef struct mlz_rec {
+    uint64_t ts_ns;           /* CLOCK_MONOTONIC */
+    uint64_t addr;
+    uint64_t size;
+    uint32_t stack_id;
+    uint8_t  type;            /* MLZ_EV_ALLOC or MLZ_EV_FREE */
+    uint8_t  pad[3];
+} mlz_rec;
+
+/* Statistics the tools read (memlyze status, the spool's counters). */
+typedef struct mlz_counters {
+    _Atomic uint64_t samples;        /* allocations sampled */
+    _Atomic uint64_t frees_tracked;  /* sampled allocations seen freed */
+    _Atomic uint64_t ring_drops;     /* events lost: ring full */
+    _Atomic uint64_t no_ring;        /* events lost: no ring left */
+    _Atomic uint64_t reentrant;      /* hook entered from our own code */
+    _Atomic uint64_t events_written;
+    _Atomic uint64_t spool_errors;
+    _Atomic uint64_t in_flight;      /* hooks executing sample paths now */
+} mlz_counters;
+
+typedef struct mlz_global {
+    mlz_real_fns real;
+    _Atomic int active_alloc;        /* sample new allocations */
+    _Atomic int active_free;         /* track frees of sampled ones */
+    int ready;                       /* data structures exist */
+    pid_t pid;                       /* to notice fork/vfork children */
+    uint64_t rate;
+    uint64_t seed;                   /* 0 = from entropy */
+    int unwinder;
+    int follow_fork;
+    uint64_t self_lo, self_hi;       /* our own text: frames to drop */
+    uint64_t mono_to_real_ns;        /* realtime = monotonic + this */
+    _Atomic uint64_t seq;            /* birth sequence numbers */
+    mlz_heapmap map;
+    mlz_bloom bloom;
+    mlz_stacktab stacks;
+    mlz_counters c;
+    char spool_path[4096];
+} mlz_global;
+
+extern mlz_global mlz__g;
+
+/* state.c */
+void mlz__config_from_env(void);
+void mlz__default_spool_path(void);
+int  mlz__init(void);                /* data structures, config; idempotent */
+uint64_t mlz__now_ns(void);
+
+/* hooks.c: the functions GOT slots or the preload exports point at. */
+void *mlz_hook_malloc(size_t n);
+void  mlz_hook_free(void *p);
+void *mlz_hook_calloc(size_t n, size_t m);
+void *mlz_hook_realloc(void *p, size_t n);
+int   mlz_hook_posix_memalign(void **out, size_t align, size_t n);
+void *mlz_hook_aligned_alloc(size_t align, size_t n);
+void *mlz_hook_memalign(size_t align, size_t n);
+void *mlz_hook_valloc(size_t n);
+void *mlz_hook_pvalloc(size_t n);
+void *mlz_hook_reallocarray(void *p, size_t n, size_t m);
+
+/* control.c */
+int  mlz__start(void);
+void mlz__stop(void);
+void mlz__shutdown(void);
+
+/* events.c */
+void mlz__push(uint8_t type, uint64_t ts_ns, uint64_t addr, uint64_t size, uint32_t stack_id);
+int  mlz__drain_start(void);         /* opens the spool, starts the thread */
+void mlz__drain_stop(void);          /* final drain, seals the spool */
+void mlz__drain_forget(void);        /* fork child: the thread is gone */
+
+#endif

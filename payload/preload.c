@@ -1,0 +1,121 @@
+/*
+ * preload.c - the LD_PRELOAD front end (built into libmemlyze-preload.so
+ * only): exported malloc, free, ... that the dynamic linker binds every
+ * module to, each a tail call into the hooks.
+ *
+ * The real functions come from dlsym(RTLD_NEXT), resolved at the first
+ * allocation. dlsym may itself allocate; while it runs, those requests are
+ * served from a small static arena whose blocks are never freed.
+ */
+#include "payload.h"
+
+#include <dlfcn.h>
+#include <stdalign.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+const int mlz__preload_build = 1;
+
+#define ARENA_SIZE (64 * 1024)
+static alignas(64) unsigned char arena[ARENA_SIZE];
+static _Atomic size_t arena_used;
+static _Atomic int resolving;
+
+static void *arena_alloc(size_t n, size_t align)
+{
+    if (align < 16) align = 16;
+    for (;;) {
+        size_t off = atomic_load(&arena_used);
+        size_t start = (off + align - 1) & ~(align - 1);
+        if (start + n > ARENA_SIZE || start + n < start) return NULL;
+        if (atomic_compare_exchange_weak(&arena_used, &off, start + n)) return arena + start;
+    }
+}
+
+static int in_arena(const void *p)
+{
+    return (const unsigned char *)p >= arena && (const unsigned char *)p < arena + ARENA_SIZE;
+}
+
+
+static void resolve_all(void)
+{
+    if (atomic_exchange(&resolving, 1)) return;
+    mlz_real_fns r;
+    r.malloc = (void *(*)(size_t))dlsym(RTLD_NEXT, "malloc");
+    r.free = (void (*)(void *))dlsym(RTLD_NEXT, "free");
+    r.calloc = (void *(*)(size_t, size_t))dlsym(RTLD_NEXT, "calloc");
+    r.realloc = (void *(*)(void *, size_t))dlsym(RTLD_NEXT, "realloc");
+    r.posix_memalign = (int (*)(void **, size_t, size_t))dlsym(RTLD_NEXT, "posix_memalign");
+    r.aligned_alloc = (void *(*)(size_t, size_t))dlsym(RTLD_NEXT, "aligned_alloc");
+    r.memalign = (void *(*)(size_t, size_t))dlsym(RTLD_NEXT, "memalign");
+    r.valloc = (void *(*)(size_t))dlsym(RTLD_NEXT, "valloc");
+    r.pvalloc = (void *(*)(size_t))dlsym(RTLD_NEXT, "pvalloc");
+    r.reallocarray = (void *(*)(void *, size_t, size_t))dlsym(RTLD_NEXT, "reallocarray");
+    if (!r.malloc || !r.free || !r.calloc || !r.realloc) {
+        static const char msg[] = "memlyze: cannot find the real malloc (static binary?); aborting\n";
+        if (write(2, msg, sizeof msg - 1)) {}
+        abort();
+    }
+    mlz__g.real = r;
+}
+
+/* Until resolved, the hooks call these: state.c points mlz__g.real at them
+ * statically (weak references), so even the loader's first malloc works. */
+void *mlz__boot_malloc(size_t n)
+{
+    if (atomic_load(&resolving) && mlz__g.real.malloc == mlz__boot_malloc) return arena_alloc(n, 16);
+    resolve_all();
+    return mlz__g.real.malloc(n);
+}
+void *mlz__boot_calloc(size_t n, size_t m)
+{
+    size_t t;
+    if (atomic_load(&resolving) && mlz__g.real.calloc == mlz__boot_calloc)
+        return __builtin_mul_overflow(n, m, &t) ? NULL : arena_alloc(t, 16);  /* .bss is zeroed */
+    resolve_all();
+    return mlz__g.real.calloc(n, m);
+}
+void mlz__boot_free(void *p)
+{
+    if (!p || in_arena(p)) return;
+    resolve_all();
+    mlz__g.real.free(p);
+}
+void *mlz__boot_realloc(void *p, size_t n)
+{
+    resolve_all();
+    return mlz__g.real.realloc(p, n);
+}
+int mlz__boot_posix_memalign(void **o, size_t a, size_t n) { resolve_all(); return mlz__g.real.posix_memalign(o, a, n); }
+void *mlz__boot_aligned_alloc(size_t a, size_t n) { resolve_all(); return mlz__g.real.aligned_alloc(a, n); }
+void *mlz__boot_memalign(size_t a, size_t n) { resolve_all(); return mlz__g.real.memalign(a, n); }
+void *mlz__boot_valloc(size_t n) { resolve_all(); return mlz__g.real.valloc(n); }
+void *mlz__boot_pvalloc(size_t n) { resolve_all(); return mlz__g.real.pvalloc(n); }
+void *mlz__boot_reallocarray(void *p, size_t n, size_t m) { resolve_all(); return mlz__g.real.reallocarray(p, n, m); }
+
+/* The exports. The arena test in free costs one load while the arena is
+ * unused (always, unless dlsym allocated). */
+MLZ_EXPORT void *malloc(size_t n) { return mlz_hook_malloc(n); }
+MLZ_EXPORT void free(void *p)
+{
+    if (mlz_unlikely(atomic_load_explicit(&arena_used, memory_order_relaxed)) && in_arena(p)) return;
+    mlz_hook_free(p);
+}
+MLZ_EXPORT void *calloc(size_t n, size_t m) { return mlz_hook_calloc(n, m); }
+MLZ_EXPORT void *realloc(void *p, size_t n)
+{
+    if (mlz_unlikely(atomic_load_explicit(&arena_used, memory_order_relaxed)) && in_arena(p)) {
+        void *q = mlz_hook_malloc(n);      /* arena blocks move out, never back */
+        if (q && p) memcpy(q, p, n < ARENA_SIZE - (size_t)((unsigned char *)p - arena) ? n : ARENA_SIZE - (size_t)((unsigned char *)p - arena));
+        return q;
+    }
+    return mlz_hook_realloc(p, n);
+}
+MLZ_EXPORT int posix_memalign(void **o, size_t a, size_t n) { return mlz_hook_posix_memalign(o, a, n); }
+MLZ_EXPORT void *aligned_alloc(size_t a, size_t n) { return mlz_hook_aligned_alloc(a, n); }
+MLZ_EXPORT void *memalign(size_t a, size_t n) { return mlz_hook_memalign(a, n); }
+MLZ_EXPORT void *valloc(size_t n) { return mlz_hook_valloc(n); }
+MLZ_EXPORT void *pvalloc(size_t n) { return mlz_hook_pvalloc(n); }
+MLZ_EXPORT void *reallocarray(void *p, size_t n, size_t m) { return mlz_hook_reallocarray(p, n, m); }

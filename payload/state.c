@@ -1,0 +1,135 @@
+/*
+ * state.c - the payload's global state: configuration from the environment
+ * (or the injector), the data structures, and the description of their
+ * layout that tools outside the process read (memlyze-snapshot, gdb).
+ *
+ * Everything here runs once, from the constructor or the injector's call,
+ * never on an allocation's fast path. Nothing allocates: memory comes from
+ * mmap inside the core's init functions.
+ */
+#include "payload.h"
+#include "modtab.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <sys/syscall.h>
+
+/* Before init the free hook's Bloom test must answer "no" without memory
+ * of its own: an all-zero filter in .bss (never written, so never resident). */
+static uint64_t empty_filter[(1u << MLZ_BLOOM_DEFAULT_LOG2_BITS) / 64];
+
+/* Defined by preload.c in the LD_PRELOAD build only; NULL otherwise. */
+#define BOOT(ret, name, args) extern ret mlz__boot_##name args __attribute__((weak));
+BOOT(void *, malloc, (size_t))
+BOOT(void, free, (void *))
+BOOT(void *, calloc, (size_t, size_t))
+BOOT(void *, realloc, (void *, size_t))
+BOOT(int, posix_memalign, (void **, size_t, size_t))
+BOOT(void *, aligned_alloc, (size_t, size_t))
+BOOT(void *, memalign, (size_t, size_t))
+BOOT(void *, valloc, (size_t))
+BOOT(void *, pvalloc, (size_t))
+BOOT(void *, reallocarray, (void *, size_t, size_t))
+#undef BOOT
+
+mlz_global mlz__g = {
+    .real = { mlz__boot_malloc, mlz__boot_free, mlz__boot_calloc, mlz__boot_realloc,
+              mlz__boot_posix_memalign, mlz__boot_aligned_alloc, mlz__boot_memalign,
+              mlz__boot_valloc, mlz__boot_pvalloc, mlz__boot_reallocarray },
+    .bloom = { .bits = empty_filter, .mask = (1u << MLZ_BLOOM_DEFAULT_LOG2_BITS) - 1,
+               .log2_bits = MLZ_BLOOM_DEFAULT_LOG2_BITS, .k = MLZ_BLOOM_K },
+    .rate = MLZ_SAMPLER_DEFAULT_RATE,
+};
+
+uint64_t mlz__now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* "512k", "4M", "1": bytes; 0 when malformed. No strtoull: keeps it obvious. */
+static uint64_t parse_size(const char *s)
+{
+    uint64_t v = 0;
+    if (!s || !*s) return 0;
+    for (; *s >= '0' && *s <= '9'; s++) {
+        if (v > UINT64_MAX / 10) return 0;
+        v = v * 10 + (uint64_t)(*s - '0');
+    }
+    if (*s == 'k' || *s == 'K') { v <<= 10; s++; }
+    else if (*s == 'm' || *s == 'M') { v <<= 20; s++; }
+    if (*s == 'i') s++;
+    if (*s == 'b' || *s == 'B') s++;
+    return *s ? 0 : v;
+}
+
+static void copy_str(char *dst, size_t cap, const char *src)
+{
+    size_t n = strlen(src);
+    if (n >= cap) n = cap - 1;
+    memcpy(dst, src, n);
+    dst[n] = 0;
+}
+
+void mlz__config_from_env(void)
+{
+    const char *v;
+    uint64_t x;
+    if ((v = getenv("MEMLYZE_RATE")) && (x = parse_size(v))) mlz__g.rate = x;
+    if ((v = getenv("MEMLYZE_SEED")) && (x = parse_size(v))) mlz__g.seed = x;
+    if ((v = getenv("MEMLYZE_UNWIND"))) mlz__g.unwinder = strcmp(v, "fp") == 0 ? MLZ_UNWIND_FP : MLZ_UNWIND_DWARF;
+    if ((v = getenv("MEMLYZE_FOLLOW_FORK"))) mlz__g.follow_fork = v[0] == '1';
+    if ((v = getenv("MEMLYZE_SPOOL")) && *v) copy_str(mlz__g.spool_path, sizeof mlz__g.spool_path, v);
+}
+
+/* Default spool name: memlyze.PID.spool in the working directory. */
+void mlz__default_spool_path(void)
+{
+    char num[24];
+    int k = 0;
+    unsigned long p = (unsigned long)mlz__g.pid;
+    do { num[k++] = (char)('0' + p % 10); p /= 10; } while (p);
+    char *d = mlz__g.spool_path;
+    memcpy(d, "memlyze.", 8);
+    d += 8;
+    while (k) *d++ = num[--k];
+    memcpy(d, ".spool", 7);
+}
+
+int mlz__init(void)
+{
+    if (mlz__g.ready) return 0;
+    mlz__g.pid = (pid_t)syscall(SYS_getpid);
+    /* Exact mode records every allocation: a bigger live map. */
+    unsigned log2 = mlz__g.rate <= 1 ? 20 : 16;
+    const char *v = getenv("MEMLYZE_MAP_LOG2");
+    if (v && parse_size(v) >= 8 && parse_size(v) <= 28) log2 = (unsigned)parse_size(v);
+    if (mlz_heapmap_init(&mlz__g.map, log2)) return -1;
+    if (mlz_stacktab_init(&mlz__g.stacks, MLZ_STACKTAB_DEFAULT_MAX, MLZ_STACKTAB_DEFAULT_ARENA)) {
+        mlz_heapmap_destroy(&mlz__g.map);
+        return -1;
+    }
+    mlz_bloom tmp;
+    if (mlz_bloom_init(&tmp, MLZ_BLOOM_DEFAULT_LOG2_BITS)) {
+        mlz_stacktab_destroy(&mlz__g.stacks);
+        mlz_heapmap_destroy(&mlz__g.map);
+        return -1;
+    }
+    /* Same geometry as the placeholder, so a concurrent free that loaded
+     * the old word pointer still indexes inside a filter of this size. */
+    atomic_store_explicit(&mlz__g.bloom.bits, atomic_load(&tmp.bits), memory_order_release);
+
+    mlz_modtab_refresh();
+    const mlz_module *self = mlz_modtab_find((uint64_t)(uintptr_t)&mlz_hook_malloc);
+    if (self) { mlz__g.self_lo = self->exec_start; mlz__g.self_hi = self->exec_end; }
+
+    struct timespec rt;
+    clock_gettime(CLOCK_REALTIME, &rt);
+    uint64_t real = (uint64_t)rt.tv_sec * 1000000000ull + (uint64_t)rt.tv_nsec;
+    mlz__g.mono_to_real_ns = real - mlz__now_ns();
+    mlz__g.ready = 1;
+    return 0;
+}
