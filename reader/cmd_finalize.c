@@ -1,0 +1,43 @@
+/*
+ * cmd_finalize.c - memlyze finalize SPOOL -o FILE: symbolize a payload's
+ * spool into a .mlyze trace.
+ */
+#include "cli.h"
+#include "finalize.h"
+
+#include <getopt.h>
+
+static int run(int argc, char **argv)
+{
+    const char *out = NULL;
+    int compress = 0, force = 0, c;
+    static const struct option opts[] = {
+        { "output", required_argument, 0, 'o' }, { "compress", no_argument, 0, 'z' },
+        { "force", no_argument, 0, 'f' }, { 0, 0, 0, 0 } };
+    while ((c = getopt_long(argc, argv, "o:zf", opts, NULL)) != -1) {
+        if (c == 'o') out = optarg;
+        else if (c == 'z') compress = 1;
+        else if (c == 'f') force = 1;
+        else return cli_usage_error(&cmd_finalize, "bad option");
+    }
+    if (argc - optind != 1) return cli_usage_error(&cmd_finalize, "need exactly one SPOOL");
+    if (!out) return cli_usage_error(&cmd_finalize, "missing -o FILE");
+    char err[512];
+    if (mlz_finalize(argv[optind], out, compress, force, err, sizeof err))
+        return cli_error("finalize", "%s", err);
+    return 0;
+}
+
+const mlz_command cmd_finalize = {
+    "finalize", run, "symbolize a payload spool into a .mlyze trace",
+    "usage: memlyze finalize [-z] [-f] -o FILE SPOOL\n"
+    "\n"
+    "Reads the raw spool the profiler wrote inside a process (stacks as program\n"
+    "counters, the module map) and writes FILE: a .mlyze trace whose stacks are\n"
+    "resolved with libdw to functions (C++ demangled), files and lines, inlined\n"
+    "calls expanded; frames without symbols read module+0xoffset. A spool cut\n"
+    "short by a crash is used up to its last whole event.\n"
+    "  -o, --output FILE   the trace to write (never replaced unless -f)\n"
+    "  -z, --compress      LZ4 blocks and a .mlyze.idx index\n"
+    "  -f, --force         replace FILE if it exists\n",
+};

@@ -1,0 +1,230 @@
+/*
+ * symbolize.c - program counters to function, file and line, with libdw,
+ * outside the profiled process.
+ *
+ * Modules are reported to an offline Dwfl at the addresses they had in the
+ * target, so libdw applies the load bias (PIE executables, shared
+ * libraries) and finds separate debug files itself (.gnu_debuglink and
+ * /usr/lib/debug/.build-id). A module whose file is missing or whose
+ * build-id differs from the one recorded is not trusted: its frames become
+ * "module+0xoffset". Inlined calls expand into one frame each, innermost
+ * first. C++ names are demangled.
+ */
+#include "symbolize.h"
+
+#include <elfutils/libdw.h>
+#include <elfutils/libdwfl.h>
+#include <dwarf.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+char *__cxa_demangle(const char *mangled, char *buf, size_t *len, int *status);
+
+typedef struct sym_module {
+    char *path;
+    uint64_t start, end, bias;
+    Dwfl_Module *mod;         /* NULL: unresolvable */
+} sym_module;
+
+struct symbolizer {
+    Dwfl *dwfl;
+    sym_module *mods;
+    size_t nmods, cap;
+    char **strings;           /* every string we return, freed at the end */
+    size_t nstrings, scap;
+};
+
+static const Dwfl_Callbacks offline_callbacks = {
+    .find_elf = dwfl_build_id_find_elf,
+    .find_debuginfo = dwfl_standard_find_debuginfo,
+    .section_address = dwfl_offline_section_address,
+};
+
+symbolizer *sym_new(void)
+{
+    symbolizer *s = calloc(1, sizeof *s);
+    if (!s) return NULL;
+    s->dwfl = dwfl_begin(&offline_callbacks);
+    if (!s->dwfl) { free(s); return NULL; }
+    dwfl_report_begin(s->dwfl);
+    return s;
+}
+
+static const char *keep(symbolizer *s, char *str)
+{
+    if (!str) return NULL;
+    if (s->nstrings == s->scap) {
+        size_t n = s->scap ? s->scap * 2 : 256;
+        char **p = realloc(s->strings, n * sizeof *p);
+        if (!p) { free(str); return NULL; }
+        s->strings = p;
+        s->scap = n;
+    }
+    return s->strings[s->nstrings++] = str;
+}
+
+static char hexdigit(unsigned v) { return "0123456789abcdef"[v & 15]; }
+
+int sym_add_module(symbolizer *s, const char *path, uint64_t start, uint64_t size, uint64_t bias,
+                   const uint8_t *build_id, size_t blen)
+{
+    if (s->nmods == s->cap) {
+        size_t n = s->cap ? s->cap * 2 : 32;
+        sym_module *p = realloc(s->mods, n * sizeof *p);
+        if (!p) return -1;
+        s->mods = p;
+        s->cap = n;
+    }
+    sym_module *m = &s->mods[s->nmods];
+    memset(m, 0, sizeof *m);
+    m->path = strdup(path);
+    m->start = start;
+    m->end = start + size;
+    m->bias = bias;
+    if (!m->path) return -1;
+    s->nmods++;
+    /* The vDSO and deleted or unreadable files stay unresolved. */
+    if (path[0] != '/') return 0;
+    Dwfl_Module *mod = dwfl_report_elf(s->dwfl, path, path, -1, bias, false);
+    if (!mod) return 0;
+    const unsigned char *bid;
+    GElf_Addr vaddr;
+    int n = dwfl_module_build_id(mod, &bid, &vaddr);
+    if (blen && (n != (int)blen || memcmp(bid, build_id, blen) != 0)) {
+        /* The file on disk is not the one that was loaded. */
+        return 0;
+    }
+    m->mod = mod;
+    return 0;
+}
+
+void sym_ready(symbolizer *s)
+{
+    dwfl_report_end(s->dwfl, NULL, NULL);
+}
+
+static const sym_module *find_module(const symbolizer *s, uint64_t pc, size_t *index)
+{
+    for (size_t i = 0; i < s->nmods; i++)
+        if (pc >= s->mods[i].start && pc < s->mods[i].end) {
+            *index = i;
+            return &s->mods[i];
+        }
+    return NULL;
+}
+
+static const char *demangle(symbolizer *s, const char *name)
+{
+    if (!name) return NULL;
+    if (name[0] == '_' && name[1] == 'Z') {
+        int status = 0;
+        char *d = __cxa_demangle(name, NULL, NULL, &status);
+        if (d && status == 0) return keep(s, d);
+        free(d);
+    }
+    return name;
+}
+
+static const char *die_name(symbolizer *s, Dwarf_Die *die)
+{
+    Dwarf_Attribute a;
+    const char *n = NULL;
+    if (dwarf_attr_integrate(die, DW_AT_linkage_name, &a) || dwarf_attr_integrate(die, DW_AT_MIPS_linkage_name, &a))
+        n = dwarf_formstring(&a);
+    if (!n) n = dwarf_diename(die);
+    if (!n && dwarf_attr_integrate(die, DW_AT_name, &a)) n = dwarf_formstring(&a);
+    return demangle(s, n);
+}
+
+int sym_resolve(symbolizer *s, uint64_t pc, sym_frame *out, int max, int *module, uint64_t *rel)
+{
+    size_t mi;
+    const sym_module *m = find_module(s, pc, &mi);
+    *module = m ? (int)mi : -1;
+    *rel = m ? pc - m->bias : pc;
+    /* Return addresses point after the call; look up the call itself. */
+    uint64_t q = pc ? pc - 1 : 0;
+    if (!m || !m->mod) {
+        char buf[512];
+        if (m) {
+            const char *base = strrchr(m->path, '/');
+            snprintf(buf, sizeof buf, "%s+0x%llx", base ? base + 1 : m->path, (unsigned long long)(pc - m->bias));
+        } else {
+            snprintf(buf, sizeof buf, "0x%llx", (unsigned long long)pc);
+        }
+        out[0] = (sym_frame){ keep(s, strdup(buf)), "", 0, 0 };
+        return 1;
+    }
+
+    /* The outermost function: the ELF symbol (works without debug info). */
+    GElf_Sym sym;
+    GElf_Off off = 0;
+    const char *fn = demangle(s, dwfl_module_addrinfo(m->mod, q, &off, &sym, NULL, NULL, NULL));
+    const char *file = "";
+    int line = 0;
+    Dwfl_Line *ln = dwfl_module_getsrc(m->mod, q);
+    if (ln) {
+        const char *f = dwfl_lineinfo(ln, NULL, &line, NULL, NULL, NULL);
+        if (f) file = f;
+    }
+
+    int n = 0;
+    Dwarf_Addr bias;
+    Dwarf_Die *cu = dwfl_module_addrdie(m->mod, q, &bias);
+    Dwarf_Die *scopes = NULL;
+    int ns = cu ? dwarf_getscopes(cu, q - bias, &scopes) : 0;
+    if (ns > 0) {
+        /* scopes[0] is innermost. Each inlined subroutine gives a frame at
+         * the current file:line, and passes its call site outward. */
+        Dwarf_Files *files = NULL;
+        size_t nfiles = 0;
+        dwarf_getsrcfiles(cu, &files, &nfiles);
+        for (int i = 0; i < ns && n < max - 1; i++) {
+            int tag = dwarf_tag(&scopes[i]);
+            if (tag != DW_TAG_inlined_subroutine && tag != DW_TAG_subprogram) continue;
+            const char *name = die_name(s, &scopes[i]);
+            if (tag == DW_TAG_subprogram) {
+                if (name) fn = name;
+                break;
+            }
+            out[n++] = (sym_frame){ name ? name : "??", file, (unsigned)line, 1 };
+            Dwarf_Attribute a;
+            Dwarf_Word cf = 0, cl = 0;
+            if (dwarf_attr(&scopes[i], DW_AT_call_file, &a)) dwarf_formudata(&a, &cf);
+            if (dwarf_attr(&scopes[i], DW_AT_call_line, &a)) dwarf_formudata(&a, &cl);
+            const char *f = files ? dwarf_filesrc(files, cf, NULL, NULL) : NULL;
+            file = f ? f : "";
+            line = (int)cl;
+        }
+        free(scopes);
+    }
+    if (!fn) {
+        char buf[512];
+        const char *base = strrchr(m->path, '/');
+        snprintf(buf, sizeof buf, "%s+0x%llx", base ? base + 1 : m->path, (unsigned long long)(pc - m->bias));
+        fn = keep(s, strdup(buf));
+    }
+    out[n++] = (sym_frame){ fn, file, (unsigned)line, 0 };
+    return n;
+}
+
+void sym_free(symbolizer *s)
+{
+    if (!s) return;
+    dwfl_end(s->dwfl);
+    for (size_t i = 0; i < s->nmods; i++) free(s->mods[i].path);
+    free(s->mods);
+    for (size_t i = 0; i < s->nstrings; i++) free(s->strings[i]);
+    free(s->strings);
+    free(s);
+}
+
+void sym_hex(const uint8_t *b, size_t n, char *out)
+{
+    for (size_t i = 0; i < n; i++) {
+        out[2 * i] = hexdigit(b[i] >> 4);
+        out[2 * i + 1] = hexdigit(b[i]);
+    }
+    out[2 * n] = 0;
+}
