@@ -22,7 +22,7 @@ O := build$(if $(SANITIZE),/san-$(subst $(comma),-,$(SANITIZE)))
 # memlyze tools and into the injected libmemlyze.so, which exports only the
 # symbols marked MLZ_EXPORT.
 CFLAGS  ?= -O2 -g
-CFLAGS  += -std=c11 -Wall -Wextra -Werror -D_GNU_SOURCE -fPIC -fvisibility=hidden \
+CFLAGS  += -std=c11 -Wall -Wextra -Werror -D_GNU_SOURCE -fPIC -fvisibility=hidden -fno-omit-frame-pointer \
            -MMD -MP -Iformat -Icore -Igotpatch -Ipayload
 ifneq ($(SANITIZE),)
 CFLAGS  += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=all

@@ -115,8 +115,18 @@ static int run(int argc, char **argv)
         if (strncmp(de->d_name, "spool", 5)) continue;
         snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
         /* spool -> OUT; spool.CHILD (follow-fork) -> OUT.CHILD.mlyze */
-        char target[PATH_MAX + 64];
-        const char *rest = de->d_name + 5;
+        char target[PATH_MAX + 64], name[256];
+        snprintf(name, sizeof name, "%s", de->d_name);
+        /* "spool[.CHILD].WRITER.tmp": the writer never sealed it (the
+         * program died); its events up to the cut are still good. */
+        size_t nl = strlen(name);
+        if (nl > 4 && !strcmp(name + nl - 4, ".tmp")) {
+            name[nl - 4] = 0;
+            char *dot = strrchr(name, '.');
+            if (dot) *dot = 0;
+            fprintf(stderr, "memlyze run: the program ended before its profile was sealed; keeping what it wrote\n");
+        }
+        const char *rest = name + 5;
         long child = rest[0] == '.' ? strtol(rest + 1, NULL, 10) : 0;
         if (child > 0) snprintf(target, sizeof target, "%s.%ld.mlyze", out, child);
         else snprintf(target, sizeof target, "%s", out);
@@ -143,7 +153,8 @@ const mlz_command cmd_run = {
     "exits, writes its symbolized trace. Exits with CMD's status.\n"
     "  -r, --rate BYTES    mean bytes between samples (default 512k; 1 = every allocation)\n"
     "  -o, --output FILE   the trace (default memlyze.PID.mlyze)\n"
-    "  --unwind fp|dwarf   stack unwinder (default dwarf: works without frame pointers)\n"
+    "  --unwind fp|dwarf   stack unwinder (default fp; dwarf also walks code without frame\n"
+    "                      pointers but is not yet safe under many threads)\n"
     "  --seed N            fixed sampling seed (reproducible runs)\n"
     "  -z, --compress      LZ4-compressed trace with an index\n"
     "  --follow-fork       profile forked children too (FILE.PID.mlyze each)\n",

@@ -5,6 +5,7 @@
 #include "profile.h"
 
 #include <getopt.h>
+#include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -42,10 +43,11 @@ static void fmt_frame(const mlz_meta *m, const mlz_frame *f, char *buf, size_t l
 static int run(int argc, char **argv)
 {
     long n = 10, frames = 4;
-    int c;
+    int c, as_json = 0;
     g_by = BY_LIVE;
     static const struct option opts[] = {
-        { "by", required_argument, 0, 'b' }, { "frames", required_argument, 0, 'f' }, { 0, 0, 0, 0 } };
+        { "by", required_argument, 0, 'b' }, { "frames", required_argument, 0, 'f' },
+        { "json", no_argument, 0, 'j' }, { 0, 0, 0, 0 } };
     while ((c = getopt_long(argc, argv, "n:", opts, NULL)) != -1) {
         char *end;
         switch (c) {
@@ -56,6 +58,9 @@ static int run(int argc, char **argv)
         case 'f':
             frames = strtol(optarg, &end, 10);
             if (*end || frames <= 0) return cli_usage_error(&cmd_top, "--frames needs a positive number");
+            break;
+        case 'j':
+            as_json = 1;
             break;
         case 'b':
             if (!strcmp(optarg, "live")) g_by = BY_LIVE;
@@ -92,8 +97,51 @@ static int run(int argc, char **argv)
     }
     qsort(order, k, sizeof *order, cmp_site);
 
+    char fr[512];
+    if (as_json) {
+        static const char *keys[] = { "live", "peak", "allocated", "count" };
+        json_t *root = json_object(), *arr = json_array();
+        json_object_set_new(root, "file", json_string(path));
+        json_object_set_new(root, "by", json_string(keys[g_by]));
+        json_object_set_new(root, "rate", json_integer((json_int_t)p.rate));
+        json_object_set_new(root, "samples", json_integer((json_int_t)total_samples));
+        json_object_set_new(root, "live_samples", json_integer((json_int_t)p.live_samples));
+        json_object_set_new(root, "live_bytes", json_real(p.live_bytes.value));
+        json_object_set_new(root, "live_bytes_ci95", json_real(est_ci95(&p.live_bytes)));
+        json_object_set_new(root, "live_count", json_real(p.live_count.value));
+        for (size_t i = 0; i < k && i < (size_t)n; i++) {
+            prof_site *s = order[i];
+            json_t *o = json_object(), *fa = json_array();
+            json_object_set_new(o, "stack_id", json_integer((json_int_t)s->stack->id));
+            json_object_set_new(o, "live_bytes", json_real(s->live_bytes.value));
+            json_object_set_new(o, "live_bytes_ci95", json_real(est_ci95(&s->live_bytes)));
+            json_object_set_new(o, "live_count", json_real(s->live_count.value));
+            json_object_set_new(o, "live_count_ci95", json_real(est_ci95(&s->live_count)));
+            json_object_set_new(o, "alloc_bytes", json_real(s->alloc_bytes.value));
+            json_object_set_new(o, "alloc_bytes_ci95", json_real(est_ci95(&s->alloc_bytes)));
+            json_object_set_new(o, "alloc_count", json_real(s->alloc_count.value));
+            json_object_set_new(o, "peak_bytes", json_real(s->peak_bytes));
+            json_object_set_new(o, "samples", json_integer((json_int_t)s->samples));
+            json_object_set_new(o, "share", json_real(total > 0 ? key_of(s) / total : 0));
+            for (uint32_t j = 0; j < s->stack->depth && j < (uint32_t)frames; j++) {
+                fmt_frame(p.meta, &s->stack->frames[j], fr, sizeof fr);
+                json_array_append_new(fa, json_string(fr));
+            }
+            json_object_set_new(o, "frames", fa);
+            json_array_append_new(arr, o);
+        }
+        json_object_set_new(root, "sites", arr);
+        json_dumpf(root, stdout, JSON_INDENT(1) | JSON_REAL_PRECISION(17));
+        putchar('\n');
+        json_decref(root);
+        free(order);
+        prof_free(&p);
+        mlz_reader_close(r);
+        return 0;
+    }
+
     static const char *what[] = { "live bytes", "peak bytes", "allocated bytes", "allocations" };
-    char b1[32], b2[32], fr[512];
+    char b1[32], b2[32];
     const char *rate = p.rate <= 1 ? "exact (every allocation)" : cli_bytes((double)p.rate, b1, sizeof b1);
     printf("%s: live %s", path, cli_bytes(p.live_bytes.value, b2, sizeof b2));
     if (p.rate > 1) printf(" \xc2\xb1 %s", cli_bytes(est_ci95(&p.live_bytes), fr, sizeof fr));
@@ -139,7 +187,7 @@ static int run(int argc, char **argv)
 
 const mlz_command cmd_top = {
     "top", run, "allocation sites ranked by estimated bytes",
-    "usage: memlyze top [-n N] [--by live|peak|allocated|count] [--frames N] FILE\n"
+    "usage: memlyze top [-n N] [--by live|peak|allocated|count] [--frames N] [--json] FILE\n"
     "\n"
     "Ranks allocation sites (stacks) by estimated live bytes at the end of FILE,\n"
     "or by their own peak of live bytes, by bytes allocated over the whole\n"
@@ -147,5 +195,6 @@ const mlz_command cmd_top = {
     "samples by the sampling rate, with their 95% confidence interval.\n"
     "  -n N          show N sites (default 10)\n"
     "  --by KEY      live (default), peak, allocated or count\n"
-    "  --frames N    frames shown per site (default 4)\n",
+    "  --frames N    frames shown per site (default 4)\n"
+    "  --json        the same as a JSON document\n",
 };
