@@ -36,7 +36,8 @@ for d in "${dirs[@]}"; do
         [ -x "$t" ] || continue
         # TSan builds exist only for the lock-free tests; halt on the first race.
         case "$d" in *thread*) export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1";; esac
-        run_one "${d#build}${d#build:+/}$(basename "$t")" "$t"
+        label=$(basename "$t"); [ "$d" = build ] || label="${d#build/}/$label"
+        run_one "$label" "$t"
         unset TSAN_OPTIONS
     done
 done

@@ -1,0 +1,77 @@
+/*
+ * modtab.h - lock-free snapshot of the loaded modules (executable, shared
+ * objects, vDSO), for the DWARF unwinder and for the module maps written
+ * into traces.
+ *
+ * Workload: the unwinder looks up every frame's pc (millions of lookups),
+ * while modules change a few times in a process's life. So lookups are a
+ * binary search over an immutable, address-sorted snapshot reached through
+ * one atomic pointer, and all the work (dl_iterate_phdr, which takes the
+ * loader lock, mmap) happens in mlz_modtab_refresh(), called from a
+ * background thread when mlz_modtab_changed() says so. A stale snapshot is
+ * safe for lookups of modules that are still loaded; a pc in a module loaded
+ * since is simply not found.
+ *
+ * Retired snapshots stay mapped (readers may still hold them) until
+ * mlz_modtab_release_all() at quiescent shutdown: each refresh costs about
+ * (modules x 200 bytes + paths) of address space for the life of the table.
+ *
+ * Known limit: after a dlclose, until the next refresh, a pc in an address
+ * range reused by a new module is matched against the old module's CFI
+ * pointers, which may then point at unmapped memory. Refresh promptly after
+ * mlz_modtab_changed().
+ */
+#ifndef MLZ_MODTAB_H
+#define MLZ_MODTAB_H
+
+#include <stdint.h>
+
+#define MLZ_BUILD_ID_MAX 32
+
+typedef struct mlz_module {
+    uint64_t start, end;            /* [start, end): all PT_LOAD segments, runtime addresses */
+    uint64_t exec_start, exec_end;  /* span of the executable PT_LOAD segment(s) */
+    uint64_t exec_offset;           /* file offset of exec_start (for pprof mappings) */
+    uint64_t load_bias;             /* dlpi_addr: runtime address - ELF vaddr */
+    uint64_t eh_frame_hdr;          /* runtime address of .eh_frame_hdr, 0 if none */
+    uint64_t eh_frame_hdr_size;
+    /* Checked at refresh so the sampling path does not re-check it: */
+    uint64_t eh_table;              /* sorted (initial_loc, fde) int32 pairs, 0 if unusable */
+    uint64_t eh_seg_lo, eh_seg_hi;  /* readable PT_LOAD holding .eh_frame_hdr: CFI reads stay inside */
+    uint32_t eh_count;              /* entries in eh_table */
+    uint16_t nexec;                 /* executable PT_LOAD segments */
+    uint8_t build_id_len;           /* 0 if no NT_GNU_BUILD_ID note */
+    uint8_t build_id[MLZ_BUILD_ID_MAX];
+    const char *path;               /* dlpi_name, /proc/self/exe target for the executable; never NULL */
+} mlz_module;
+
+/* Rebuild the snapshot with dl_iterate_phdr into fresh mmap'd memory and
+ * publish it (release store); the previous one is retired, not unmapped.
+ * Takes the loader lock: never call it on the sampling path or from a
+ * signal handler. Returns 0, -ENOMEM, or -EBUSY if another refresh is
+ * running (its snapshot will be at least as new). */
+int mlz_modtab_refresh(void);
+
+/* The module whose [start, end) holds pc in the current snapshot, or NULL
+ * (no snapshot yet, or pc in no module). Lock-free and async-signal-safe. */
+const mlz_module *mlz_modtab_find(uint64_t pc);
+
+/* 1 if modules were loaded or unloaded since the current snapshot (compares
+ * dl_iterate_phdr's dlpi_adds/dlpi_subs), or if there is no snapshot; else 0.
+ * Cheap, but takes the loader lock: background thread only. */
+int mlz_modtab_changed(void);
+
+/* The current snapshot's modules, sorted by start, and their count; NULL and
+ * 0 if there is none. *generation (may be NULL) grows by one per refresh, so a
+ * trace writer knows when to write a new module map. The array stays valid
+ * until mlz_modtab_release_all(). */
+const mlz_module *mlz_modtab_modules(unsigned *count, uint64_t *generation);
+
+/* The current snapshot's generation (0 if none); one atomic load. */
+uint64_t mlz_modtab_generation(void);
+
+/* Unmap the current and every retired snapshot. Only when no thread can be
+ * unwinding or holding a mlz_module pointer (shutdown, tests). */
+void mlz_modtab_release_all(void);
+
+#endif
