@@ -44,6 +44,7 @@ done
 
 if [ "${1:-}" != "--only" ]; then
     for s in tests/e2e/*.sh; do
+        [ "$(basename "$s")" = lib.sh ] && continue
         [ -f "$s" ] || continue
         run_one "e2e/$(basename "$s")" bash "$s"
     done
