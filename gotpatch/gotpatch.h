@@ -1,0 +1,251 @@
+/*
+ * gotpatch.h - reversible runtime GOT patching of every loaded module.
+ *
+ * memlyze attaches to running processes, where there is no LD_PRELOAD: the
+ * injected payload reroutes the allocation functions by rewriting the slots
+ * the dynamic loader filled for them (R_X86_64_JUMP_SLOT, R_X86_64_GLOB_DAT
+ * and absolute R_X86_64_64 data words) in every loaded module, and puts the
+ * original values back on detach. This library does the walking, patching,
+ * bookkeeping and restoring; the payload owns the hook functions.
+ *
+ * Contract with the caller (the payload, in the target process):
+ *  - Nothing here calls malloc/free/calloc/realloc or stdio. Tables live in
+ *    mmap'd memory, reports go to caller-provided memory.
+ *  - Patching entry points serialise on one internal lock. Allocation hooks
+ *    never need it: mlz_got_hook_index() and the `real` pointers are
+ *    lock-free reads of data written once by mlz_got_init(). The lock is never
+ *    held across a call into the real dlopen/dlclose (whose constructors and
+ *    destructors may themselves call dlopen).
+ *  - Every slot write is one aligned 8-byte atomic store (compare-and-swap),
+ *    so a thread calling through the slot sees the old or the new pointer.
+ *  - Linux x86_64, glibc (tested on 2.36). Not async-signal-safe.
+ *
+ * Return codes: >= 0 success (a count where documented), < 0 an MLZ_GOT_E*.
+ */
+#ifndef MLZ_GOTPATCH_H
+#define MLZ_GOTPATCH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#ifndef MLZ_EXPORT
+#define MLZ_EXPORT __attribute__((visibility("default")))
+#endif
+
+enum {
+    MLZ_GOT_OK = 0,
+    MLZ_GOT_EINVAL = -1,       /* bad argument (NULL, too many hooks, name too long) */
+    MLZ_GOT_ENOMEM = -2,       /* mmap failed */
+    MLZ_GOT_ESTATE = -3,       /* not initialised, or init called twice */
+    MLZ_GOT_EBUSY = -4,        /* re-entered from the thread already patching */
+    MLZ_GOT_EPROT = -5,        /* some slot could not be made writable */
+    MLZ_GOT_ENOCAPSTONE = -6,  /* libcapstone could not be loaded */
+    MLZ_GOT_EIO = -7,          /* /proc/self/maps unreadable */
+};
+
+/* Most hooks the library keeps (12 are used by memlyze). */
+#define MLZ_GOT_MAX_HOOKS 32
+
+/*
+ * One function to reroute. `name` and `hook` are set by the caller; `real` is
+ * filled by mlz_got_init() with the definition the process's global symbol
+ * lookup would bind to, read from the defining module's own dynamic symbol
+ * table. It is never `&malloc` as seen from the payload: in a non-PIE
+ * executable that is the executable's PLT stub, which jumps through the very
+ * slot we patch and would loop back into the hook. NULL if nothing defines it.
+ */
+typedef struct mlz_got_hook {
+    const char *name;
+    void *hook;
+    void *real;
+} mlz_got_hook;
+
+/* Relocation kinds of a slot. */
+enum { MLZ_GOT_JUMP_SLOT, MLZ_GOT_GLOB_DAT, MLZ_GOT_ABS64, MLZ_GOT_NKINDS };
+
+/*
+ * Slot states. PATCHED slots hold the hook; the others were left alone for
+ * the reason named, because the hook only knows one real function per name.
+ */
+enum {
+    MLZ_GOT_SLOT_PATCHED,
+    MLZ_GOT_LEFT_OTHER_DEF,   /* bound to another definition (own allocator, DEEPBIND, other namespace, foreign patch) */
+    MLZ_GOT_LEFT_CANON_PLT,   /* bound to the executable's canonical PLT stub (non-PIE &malloc); calls still reach the
+                                 executable's own slot, which is patched, so nothing is missed */
+    MLZ_GOT_LEFT_ADDEND,      /* R_X86_64_64 with a non-zero addend: not a pointer to the function */
+    MLZ_GOT_LEFT_MISALIGNED,  /* not 8-byte aligned: no atomic store possible */
+    MLZ_GOT_LEFT_PROT,        /* mprotect refused to make the page writable */
+    MLZ_GOT_NSTATES
+};
+
+/* One entry of the slot table (see mlz_got_slots()). */
+typedef struct mlz_got_slot {
+    void **addr;          /* the slot */
+    void *orig;           /* value before patching (what unpatch restores) */
+    void *cur;            /* value when the entry was produced */
+    const char *name;     /* hooked symbol name */
+    const char *module;   /* module path ("" is the main executable); valid for the process lifetime */
+    uint8_t kind;         /* MLZ_GOT_JUMP_SLOT ... */
+    uint8_t state;        /* MLZ_GOT_SLOT_PATCHED or MLZ_GOT_LEFT_* */
+    uint8_t hook_index;   /* index into the hooks given to mlz_got_init() */
+} mlz_got_slot;
+
+typedef struct mlz_got_options {
+    /* An address inside the module that must never be patched (the payload,
+     * whose own calls must reach the real functions). NULL: the module that
+     * contains this library's code. */
+    const void *self;
+    unsigned flags;
+} mlz_got_options;
+
+/* Patch the module containing gotpatch too (tests link gotpatch into the very
+ * executable they patch; the hooks must then call only through `real`). */
+#define MLZ_GOT_PATCH_SELF 1u
+
+typedef struct mlz_got_stats {
+    uint32_t modules_scanned;   /* modules in the table whose relocations were walked */
+    uint32_t modules_patched;   /* of those, with at least one patched slot */
+    uint32_t modules_skipped;   /* ld.so, the vDSO, the payload */
+    uint32_t modules_pending;   /* seen before the loader finished relocating them; retried */
+    uint32_t slots_patched[MLZ_GOT_NKINDS];
+    uint32_t slots_left[MLZ_GOT_NSTATES];   /* index MLZ_GOT_LEFT_*; [0] unused */
+    uint64_t patch_passes;      /* module walks done (patch_all + patch_new_modules that found work) */
+} mlz_got_stats;
+
+typedef struct mlz_got_unpatch_report {
+    size_t restored;            /* slots put back to their original value */
+    size_t left;                /* slots that no longer held our hook: left as found */
+    size_t gone;                /* slots of modules unloaded behind our back: nothing to restore */
+    size_t failed;              /* slots whose page could not be made writable (still hooked) */
+    mlz_got_slot *left_slots;   /* caller-provided, may be NULL: the first left_cap slots left alone */
+    size_t left_cap;
+} mlz_got_unpatch_report;
+
+/*
+ * Resolve each hook's `real` (see mlz_got_hook) and remember the hooks and the
+ * module to skip. `hooks` must stay valid until mlz_got_unpatch_all() and the
+ * hooks stop running. Call once, before any patching. Names are matched
+ * exactly against relocation symbol names (no version). dlopen, dlmopen and
+ * dlclose are resolved internally as well, whether hooked or not.
+ */
+MLZ_EXPORT int mlz_got_init(mlz_got_hook *hooks, size_t nhooks);
+MLZ_EXPORT int mlz_got_init_ex(mlz_got_hook *hooks, size_t nhooks, const mlz_got_options *opt);
+
+/*
+ * Walk every loaded module (all namespaces, via dl_iterate_phdr) except
+ * ld.so, the vDSO and the payload, and patch every JUMP_SLOT, GLOB_DAT and
+ * addend-0 R_X86_64_64 slot whose symbol is a hooked name and whose value is
+ * the real definition (or, for a JUMP_SLOT not yet bound, the module's own
+ * lazy PLT stub). Every slot, patched or left alone, is recorded with its
+ * original value. Idempotent: slots already in the table are not touched
+ * again. Returns the number of slots patched by this call.
+ */
+MLZ_EXPORT int mlz_got_patch_all(void);
+
+/*
+ * Cheap when nothing changed (one dl_iterate_phdr callback comparing the
+ * loader's dlpi_adds/dlpi_subs counters). Otherwise patches modules not in the
+ * table and forgets the slots of modules that were unloaded.
+ */
+MLZ_EXPORT int mlz_got_patch_new_modules(void);
+
+/*
+ * Restore every patched slot of every still-loaded module, but only if it
+ * still holds our hook (compare-and-swap); report the others. Empties the
+ * table: a later mlz_got_patch_all() starts afresh. `r` may be NULL.
+ */
+MLZ_EXPORT int mlz_got_unpatch_all(mlz_got_unpatch_report *r);
+
+/*
+ * The payload's dlopen hook calls this with its own return address
+ * (__builtin_return_address(0)) as caller_ret_addr. It calls the real dlopen
+ * so that the library is searched for exactly as the real caller would see
+ * it (see modules.c for how), then patches the new library and its
+ * dependencies before returning, so none of their code runs unpatched after
+ * dlopen returns. errno and dlerror() are those of the real call.
+ */
+MLZ_EXPORT void *mlz_got_dlopen(const char *file, int mode, void *caller_ret_addr);
+
+/* The real dlclose, then forget the slots of every module it unloaded. */
+MLZ_EXPORT int mlz_got_dlclose(void *handle);
+
+/*
+ * What mlz_got_dlopen() passes to the real dlopen for `file` called from
+ * `caller_ret_addr`: writes the absolute path or expanded name to out and
+ * returns 1 if the name is rewritten, 0 if `file` is passed unchanged.
+ */
+MLZ_EXPORT int mlz_got_dlopen_path(const char *file, void *caller_ret_addr, char *out, size_t len);
+
+/* Index of the hook whose `hook` is addr, or -1. Lock-free. */
+MLZ_EXPORT int mlz_got_hook_index(const void *addr);
+
+/* The real function for a hooked name, or NULL. Lock-free. */
+MLZ_EXPORT void *mlz_got_real(const char *name);
+
+/*
+ * Copy up to cap slot table entries to out (patched and left alone, in
+ * module order). Returns the number of entries in the table.
+ */
+MLZ_EXPORT size_t mlz_got_slots(mlz_got_slot *out, size_t cap);
+
+MLZ_EXPORT void mlz_got_get_stats(mlz_got_stats *out);
+
+MLZ_EXPORT const char *mlz_got_strerror(int err);
+MLZ_EXPORT const char *mlz_got_kind_name(int kind);
+MLZ_EXPORT const char *mlz_got_state_name(int state);
+
+/* ---- blind-spot report ------------------------------------------------ */
+
+#define MLZ_GOT_REPORT_SITES 4
+
+enum {
+    MLZ_GOT_MOD_SKIPPED = 1u,    /* ld.so, vDSO or payload: never patched */
+    MLZ_GOT_MOD_OWN_ALLOC = 2u,  /* defines allocation function names itself */
+    MLZ_GOT_MOD_PROVIDER = 4u,   /* provides the real allocation functions (its direct calls are the allocator's own) */
+    MLZ_GOT_MOD_NOTSCANNED = 8u, /* executable segments not scanned (vDSO) */
+};
+
+typedef struct mlz_got_module_report {
+    const char *path;                     /* "" is the main executable; valid for the process lifetime */
+    uintptr_t base;
+    uint32_t flags;                       /* MLZ_GOT_MOD_* */
+    uint32_t own_alloc_mask;              /* bit i: defines the allocation function hooks[i].name */
+    uint32_t slots_patched[MLZ_GOT_NKINDS];
+    uint32_t slots_left;                  /* left alone (any reason) */
+    uint32_t direct_sites;                /* call/jmp/jcc rel32 to an allocation function: invisible to GOT hooks */
+    uint32_t nsites;                      /* entries filled below */
+    uintptr_t sites[MLZ_GOT_REPORT_SITES];
+    uint8_t site_hook[MLZ_GOT_REPORT_SITES];  /* hook index the site calls */
+    uint64_t bytes_scanned;
+} mlz_got_module_report;
+
+typedef struct mlz_got_blindspot_report {
+    mlz_got_module_report *modules;  /* caller-provided array */
+    size_t cap;                      /* its capacity */
+    size_t n;                        /* modules found (only min(n, cap) filled) */
+    uint64_t bytes_scanned;
+} mlz_got_blindspot_report;
+
+/*
+ * Scan the executable PT_LOAD segments of every loaded module, from memory,
+ * for direct rel32 call/jmp/jcc whose target is a real allocation function or
+ * an allocation-named function the module defines itself: those calls never
+ * touch a GOT slot. Disassembly (linear sweep) is done by libcapstone, loaded
+ * with dlopen for the duration of the scan (so the payload has no link-time
+ * dependency on it) and given a private mmap arena through CS_OPT_MEM, so
+ * it allocates nothing from the process's allocator. Not for hot paths: it
+ * takes milliseconds per MiB of code. Requires mlz_got_init().
+ */
+MLZ_EXPORT int mlz_got_blindspot_scan(mlz_got_blindspot_report *out);
+
+/* Human-readable table, snprintf semantics (returns the length it needed). */
+MLZ_EXPORT int mlz_got_format_report(const mlz_got_blindspot_report *r, char *buf, size_t len);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
