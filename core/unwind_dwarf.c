@@ -353,7 +353,7 @@ static int run_cfa(const uint8_t *p, const uint8_t *end, uint64_t loc, uint64_t 
         case 0x2f:                                      /* GNU_negative_offset_extended */
             reg = rd_uleb(&c);
             off = rd_uleb(&c);
-            set_rule(rw, reg, RULE_OFFSET, -factored(off, ci->data_align), 0);
+            set_rule(rw, reg, RULE_OFFSET, factored(0 - off, ci->data_align), 0);
             break;
         default:                                        /* GNU_window_save, user ops */
             return -1;
