@@ -42,6 +42,7 @@ enum mlz_event_type {
     MLZ_EV_EXT_FIRST  = 4,
     MLZ_EV_STACK_RAW  = 16,  /* spool only: id, depth, PCs (leaf first) */
     MLZ_EV_MODULE     = 17,  /* spool only: start, size, bias, build-id, path */
+    MLZ_EV_COUNTERS   = 18,  /* spool only: the payload's statistics, JSON */
 };
 
 typedef struct mlz_header {

@@ -85,6 +85,9 @@ void mlz__push(uint8_t type, uint64_t ts_ns, uint64_t addr, uint64_t size, uint3
 {
     mlz_tls *t = &mlz__tls;
     mlz_ring *r = t->ring;
+    /* A thread that has only freed so far has not been through thread_init:
+     * it needs its tid before it can own a ring (0 means "free ring"). */
+    if (mlz_unlikely(!t->tid)) t->tid = (int32_t)syscall(SYS_gettid);
     if (mlz_unlikely(!r || atomic_load_explicit(&r->owner, memory_order_relaxed) != t->tid)) {
         if (!ring_size || !(r = t->ring = claim_ring(t->tid))) {
             atomic_fetch_add_explicit(&mlz__g.c.no_ring, 1, memory_order_relaxed);
@@ -115,7 +118,7 @@ void mlz__push(uint8_t type, uint64_t ts_ns, uint64_t addr, uint64_t size, uint3
 /* ------------------------------------------------------------ the spool */
 
 static mlz_writer spool;
-static uint8_t spool_buf[MLZ_BLOCK_SIZE];
+static uint8_t spool_buf[MLZ_BLOCK_SIZE] __attribute__((aligned(4096)));
 static char meta_buf[16384];
 static uint8_t *stack_written;             /* bitmap over stack ids */
 static uint64_t modtab_gen = UINT64_MAX;
@@ -341,6 +344,47 @@ int mlz__drain_start(void)
     return 0;
 }
 
+/* The payload's statistics, as a JSON object in a COUNTERS record at the
+ * end of the spool; finalize puts it into the trace's metadata. */
+static void write_counters(uint64_t t_us)
+{
+    static char buf[2048];
+    mlz_jw w;
+    mlz_jw_init(&w, buf, sizeof buf);
+    mlz_jw_obj(&w, NULL);
+#define C(name, v) mlz_jw_u64(&w, name, (uint64_t)(v))
+    C("samples", mlz__g.c.samples);
+    C("frees_tracked", mlz__g.c.frees_tracked);
+    C("events_written", mlz__g.c.events_written);
+    C("ring_drops", mlz__g.c.ring_drops);
+    C("no_ring", mlz__g.c.no_ring);
+    C("reentrant", mlz__g.c.reentrant);
+    C("spool_errors", mlz__g.c.spool_errors);
+    C("map_capacity", mlz__g.map.mask + 1);
+    C("map_inserts", mlz__g.map.inserts);
+    C("map_removes", mlz__g.map.removes);
+    C("map_full_drops", mlz__g.map.full_drops);
+    C("map_death_during_birth", mlz__g.map.death_during_birth);
+    C("map_tombstones_recycled", mlz__g.map.tombstones_recycled);
+    C("map_stale_replaced", mlz__g.map.stale_replaced);
+    C("map_max_probe", mlz__g.map.max_probe);
+    mlz_stacktab_stats ss;
+    mlz_stacktab_get_stats(&mlz__g.stacks, &ss);
+    C("stacks", ss.ids);
+    C("stacks_truncated", ss.truncated);
+    C("stack_bytes", ss.bytes_used);
+    C("bloom_rebuilds", mlz__g.bloom.rebuilds);
+    C("bloom_saturation_permille", (uint64_t)(mlz_bloom_saturation(&mlz__g.bloom) * 1000));
+    mlz_unwind_stats us;
+    mlz_unwind_get_stats(&us);
+    C("unwind_dwarf_walks", us.walks);
+    C("unwind_no_module", us.no_module);
+    C("unwind_bad_frame", us.bad_frame);
+#undef C
+    mlz_jw_end(&w);
+    if (mlz_jw_ok(&w) == 0) mlz_writer_ext(&spool, MLZ_EV_COUNTERS, t_us, buf, w.len);
+}
+
 void mlz__drain_stop(void)
 {
     if (atomic_exchange(&drain_running, 0)) {
@@ -351,6 +395,7 @@ void mlz__drain_stop(void)
     uint64_t d = mlz__now_ns();
     write_modules(to_us(d));
     drain_round(UINT64_MAX);
+    write_counters(to_us(d));
     mlz_writer_marker(&spool, to_us(d), 1);
     if (mlz_writer_close(&spool))
         atomic_fetch_add_explicit(&mlz__g.c.spool_errors, 1, memory_order_relaxed);
@@ -368,4 +413,21 @@ void mlz__drain_forget(void)
         atomic_store(&rings[i].head, 0);
         atomic_store(&rings[i].tail, 0);
     }
+}
+
+void mlz__drain_release(void)
+{
+    uint32_t n = atomic_load(&nrings);
+    for (uint32_t i = 0; i < n; i++) {
+        if (rings[i].recs) munmap(rings[i].recs, (size_t)(rings[i].mask + 1) * sizeof(mlz_rec));
+        rings[i].recs = NULL;
+        atomic_store(&rings[i].owner, 0);
+        atomic_store(&rings[i].head, 0);
+        atomic_store(&rings[i].tail, 0);
+    }
+    atomic_store(&nrings, 0);
+    if (stack_written) munmap(stack_written, MLZ_STACKTAB_DEFAULT_MAX / 8);
+    stack_written = NULL;
+    /* The spool buffer's pages are ours alone again: hand them back too. */
+    madvise(spool_buf, sizeof spool_buf, MADV_DONTNEED);
 }

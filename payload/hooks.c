@@ -30,6 +30,24 @@ static int foreign_process(void)
     return (pid_t)syscall(SYS_getpid) != mlz__g.pid;
 }
 
+/* A sample path is entered by announcing it (in_flight) BEFORE looking at
+ * the flags; detach clears the flags, then waits for in_flight to drop to
+ * zero. With both sides sequentially consistent, either the hook sees the
+ * flag off, or detach sees the hook in flight: detach never frees memory a
+ * hook is still using. */
+static int enter(_Atomic int *flag)
+{
+    atomic_fetch_add(&mlz__g.c.in_flight, 1);
+    if (atomic_load(flag) && !foreign_process()) return 1;
+    atomic_fetch_sub(&mlz__g.c.in_flight, 1);
+    return 0;
+}
+
+static void leave(void)
+{
+    atomic_fetch_sub_explicit(&mlz__g.c.in_flight, 1, memory_order_release);
+}
+
 static MLZ_COLD MLZ_NOINLINE void thread_init(mlz_tls *t)
 {
     uint64_t seed = mlz__g.seed ? mlz__g.seed : mlz_sampler_global_entropy();
@@ -86,12 +104,12 @@ static MLZ_COLD MLZ_NOINLINE void sample_slow(void *p, size_t n, uint64_t ts)
         if (!mlz_sampler_should_sample(&t->s, n)) return;
     }
     mlz_sampler_rearm(&t->s, mlz__g.rate);
-    if (!p || !atomic_load_explicit(&mlz__g.active_alloc, memory_order_relaxed) || foreign_process())
-        return;
+    if (!p) return;
     t->s.in_hook = 1;
-    atomic_fetch_add_explicit(&mlz__g.c.in_flight, 1, memory_order_acquire);
-    record_alloc(t, p, n, ts);
-    atomic_fetch_sub_explicit(&mlz__g.c.in_flight, 1, memory_order_release);
+    if (enter(&mlz__g.active_alloc)) {
+        record_alloc(t, p, n, ts);
+        leave();
+    }
     t->s.in_hook = 0;
 }
 
@@ -100,16 +118,15 @@ static MLZ_COLD MLZ_NOINLINE void sample_slow(void *p, size_t n, uint64_t ts)
 static MLZ_COLD MLZ_NOINLINE void free_slow(void *p)
 {
     mlz_tls *t = &mlz__tls;
-    if (t->s.in_hook || !atomic_load_explicit(&mlz__g.active_free, memory_order_relaxed) ||
-        foreign_process())
-        return;
+    if (t->s.in_hook) return;
     t->s.in_hook = 1;
-    atomic_fetch_add_explicit(&mlz__g.c.in_flight, 1, memory_order_acquire);
-    if (mlz_heapmap_remove(&mlz__g.map, (uint64_t)p, NULL)) {
-        mlz__push(1 /* FREE */, mlz__now_ns(), (uint64_t)p, 0, 0);
-        atomic_fetch_add_explicit(&mlz__g.c.frees_tracked, 1, memory_order_relaxed);
+    if (enter(&mlz__g.active_free)) {
+        if (mlz_heapmap_remove(&mlz__g.map, (uint64_t)p, NULL)) {
+            mlz__push(1 /* FREE */, mlz__now_ns(), (uint64_t)p, 0, 0);
+            atomic_fetch_add_explicit(&mlz__g.c.frees_tracked, 1, memory_order_relaxed);
+        }
+        leave();
     }
-    atomic_fetch_sub_explicit(&mlz__g.c.in_flight, 1, memory_order_release);
     t->s.in_hook = 0;
 }
 
@@ -186,17 +203,19 @@ static void *realloc_common(void *p, size_t n, void *(*call)(void *, size_t, siz
 {
     mlz_tls *t = &mlz__tls;
     mlz_heap_entry old;
-    int had = 0;
-    if (p && mlz_unlikely(mlz_bloom_maybe(&mlz__g.bloom, (uint64_t)p)) && !t->s.in_hook &&
-        atomic_load_explicit(&mlz__g.active_free, memory_order_relaxed) && !foreign_process()) {
+    int had = 0, entered = 0;
+    if (p && mlz_unlikely(mlz_bloom_maybe(&mlz__g.bloom, (uint64_t)p)) && !t->s.in_hook) {
         t->s.in_hook = 1;
-        had = mlz_heapmap_remove(&mlz__g.map, (uint64_t)p, &old);
+        /* Stay entered until the outcome is known: the entry may go back. */
+        if ((entered = enter(&mlz__g.active_free)))
+            had = mlz_heapmap_remove(&mlz__g.map, (uint64_t)p, &old);
         t->s.in_hook = 0;
     }
     size_t total = n * m;
     int count = mlz_sampler_should_sample(&t->s, total);
     uint64_t ts = count ? mlz__now_ns() : 0;
     void *q = call(p, n, m);
+    if (entered && !had) leave();
     if (had) {
         t->s.in_hook = 1;
         if (!q && total != 0) {
@@ -209,6 +228,7 @@ static void *realloc_common(void *p, size_t n, void *(*call)(void *, size_t, siz
             mlz__push(1, mlz__now_ns(), (uint64_t)p, 0, 0);
             atomic_fetch_add_explicit(&mlz__g.c.frees_tracked, 1, memory_order_relaxed);
         }
+        leave();
         t->s.in_hook = 0;
     }
     if (count) sample_slow(q, total, ts);

@@ -95,6 +95,7 @@ extern mlz_global mlz__g;
 void mlz__config_from_env(void);
 void mlz__default_spool_path(void);
 int  mlz__init(void);                /* data structures, config; idempotent */
+void mlz__release(void);             /* gives the data structures back (detach) */
 uint64_t mlz__now_ns(void);
 
 /* hooks.c: the functions GOT slots or the preload exports point at. */
@@ -109,6 +110,10 @@ void *mlz_hook_valloc(size_t n);
 void *mlz_hook_pvalloc(size_t n);
 void *mlz_hook_reallocarray(void *p, size_t n, size_t m);
 
+/* attach.c: the injector's entry points (exported) */
+int memlyze_attach(const char *config);
+int memlyze_detach(void);
+
 /* control.c */
 int  mlz__start(void);
 void mlz__stop(void);
@@ -119,5 +124,6 @@ void mlz__push(uint8_t type, uint64_t ts_ns, uint64_t addr, uint64_t size, uint3
 int  mlz__drain_start(void);         /* opens the spool, starts the thread */
 void mlz__drain_stop(void);          /* final drain, seals the spool */
 void mlz__drain_forget(void);        /* fork child: the thread is gone */
+void mlz__drain_release(void);       /* unmaps the rings (detach, quiescent) */
 
 #endif

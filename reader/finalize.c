@@ -38,6 +38,7 @@ typedef struct fin {
     raw_stack *stacks; size_t nstacks, cstacks;
     raw_module *mods; size_t nmods, cmods;
     json_t *files, *funcs;    /* string -> id */
+    json_t *counters;         /* last COUNTERS record, or NULL */
     uint64_t nfiles, nfuncs;
     int truncated;
 } fin;
@@ -78,6 +79,11 @@ static int collect(fin *f, const mlz_event *ev)
             f->stacks = n;
         }
         f->stacks[f->nstacks++] = st;
+    } else if (ev->type == MLZ_EV_COUNTERS) {
+        json_t *c = json_loadb((const char *)p, (size_t)(end - p), 0, NULL);
+        if (!json_is_object(c)) { json_decref(c); return -1; }
+        if (f->counters) json_decref(f->counters);
+        f->counters = c;
     } else if (ev->type == MLZ_EV_MODULE) {
         raw_module m = { 0 };
         uint64_t blen, plen;
@@ -134,6 +140,14 @@ static size_t build_meta(fin *f, symbolizer *sym, json_t *spool_root, char *buf,
         }
     }
     if (f->truncated) mlz_jw_bool(&w, "truncated", 1);
+    if (f->counters) {
+        const char *ck;
+        json_t *cv;
+        mlz_jw_obj(&w, "counters");
+        json_object_foreach(f->counters, ck, cv)
+            if (json_is_integer(cv)) mlz_jw_i64(&w, ck, json_integer_value(cv));
+        mlz_jw_end(&w);
+    }
     mlz_jw_arr(&w, "modules");
     for (size_t i = 0; i < f->nmods; i++) {
         char hex[129];
@@ -292,5 +306,6 @@ out:
     free(f.mods);
     if (f.files) json_decref(f.files);
     if (f.funcs) json_decref(f.funcs);
+    if (f.counters) json_decref(f.counters);
     return rc;
 }

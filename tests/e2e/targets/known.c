@@ -26,7 +26,9 @@ NOINLINE void *site_calloc(size_t n) { void *p = calloc(n, 100); sink = p; retur
 NOINLINE char *site_strdup(void) { char *p = strdup("12345678"); sink = p; return p; }
 NOINLINE void *site_thread(size_t n) { void *p = malloc(n); sink = p; return p; }
 NOINLINE void *site_realloc(void) { void *p = malloc(16); sink = p; p = realloc(p, 3000); sink = p; return p; }
-NOINLINE void churn(void) { for (int i = 0; i < 20000; i++) { sink = malloc(32 + i % 200); free(sink); } }
+/* A local volatile keeps the compiler from eliding the pair; the shared
+ * `sink` must not be used here: two threads would free the same block. */
+NOINLINE void churn(void) { for (int i = 0; i < 20000; i++) { void *volatile p = malloc(32 + i % 200); free(p); } }
 
 static void *worker(void *arg)
 {

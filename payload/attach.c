@@ -1,0 +1,225 @@
+/*
+ * attach.c - GOT mode: the entry points the injector calls inside a running
+ * process (memlyze_attach / memlyze_detach), and MEMLYZE_MODE=got, which
+ * does the same from the constructor of a preloaded libmemlyze.so so the
+ * whole path can be tested without an injector.
+ *
+ * Attach: resolve the real allocation functions (gotpatch), build the data
+ * structures, start the drain thread, then patch every module's GOT slots.
+ * Detach, in the order that keeps every thread safe:
+ *   1. restore the GOT slots: no new call reaches the hooks through them;
+ *   2. switch sampling and free tracking off, then wait until no thread is
+ *      inside a sample path (mlz__g.c.in_flight, entered before the flags
+ *      are checked: see mlz__enter in hooks.c);
+ *   3. drain and seal the spool;
+ *   4. give the big memory back. Hooks stay mapped as pass-through code,
+ *      because pointers to them may have been copied out of GLOB_DAT slots
+ *      into the program's data (a table holding &free): unmapping the
+ *      library could leave those dangling. A later attach reuses it.
+ */
+#include "payload.h"
+#include "gotpatch.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static void *hook_dlopen(const char *file, int mode);
+static int hook_dlclose(void *handle);
+
+enum { H_MALLOC, H_FREE, H_CALLOC, H_REALLOC, H_POSIX_MEMALIGN, H_ALIGNED_ALLOC, H_MEMALIGN,
+       H_VALLOC, H_PVALLOC, H_REALLOCARRAY, H_DLOPEN, H_DLCLOSE, NHOOKS };
+
+static mlz_got_hook hooks[NHOOKS] = {
+    { "malloc", (void *)mlz_hook_malloc, 0 },
+    { "free", (void *)mlz_hook_free, 0 },
+    { "calloc", (void *)mlz_hook_calloc, 0 },
+    { "realloc", (void *)mlz_hook_realloc, 0 },
+    { "posix_memalign", (void *)mlz_hook_posix_memalign, 0 },
+    { "aligned_alloc", (void *)mlz_hook_aligned_alloc, 0 },
+    { "memalign", (void *)mlz_hook_memalign, 0 },
+    { "valloc", (void *)mlz_hook_valloc, 0 },
+    { "pvalloc", (void *)mlz_hook_pvalloc, 0 },
+    { "reallocarray", (void *)mlz_hook_reallocarray, 0 },
+    { "dlopen", (void *)hook_dlopen, 0 },
+    { "dlclose", (void *)hook_dlclose, 0 },
+};
+
+static int got_ready;                 /* mlz_got_init done (once per process) */
+static _Atomic int attached;
+static int patched_modules, patched_slots;
+
+/* Our dlopen must not become "the caller" (RUNPATH, $ORIGIN): gotpatch
+ * resolves the name as the real caller would have. Detached, the hook only
+ * forwards: it must not patch again. */
+static void *hook_dlopen(const char *file, int mode)
+{
+    void *caller = __builtin_return_address(0);
+    void *(*real)(const char *, int) = (void *(*)(const char *, int))hooks[H_DLOPEN].real;
+    if (atomic_load(&attached)) return mlz_got_dlopen(file, mode, caller);
+    char path[PATH_MAX];
+    if (file && mlz_got_dlopen_path(file, caller, path, sizeof path) == 1) return real(path, mode);
+    return real(file, mode);
+}
+
+static int hook_dlclose(void *handle)
+{
+    if (atomic_load(&attached)) return mlz_got_dlclose(handle);
+    return ((int (*)(void *))hooks[H_DLCLOSE].real)(handle);
+}
+
+/* "rate=524288;spool=/path;unwind=fp;seed=7"; unknown keys are ignored so
+ * older payloads accept newer injectors' strings. */
+static int parse_config(const char *cfg)
+{
+    while (cfg && *cfg) {
+        const char *end = strchr(cfg, ';');
+        size_t len = end ? (size_t)(end - cfg) : strlen(cfg);
+        const char *eq = memchr(cfg, '=', len);
+        if (eq) {
+            size_t klen = (size_t)(eq - cfg), vlen = len - klen - 1;
+            const char *v = eq + 1;
+            if (klen == 4 && !memcmp(cfg, "rate", 4)) {
+                uint64_t r = 0;
+                for (size_t i = 0; i < vlen; i++) {
+                    if (v[i] < '0' || v[i] > '9') return -EINVAL;
+                    r = r * 10 + (uint64_t)(v[i] - '0');
+                }
+                if (!r) return -EINVAL;
+                mlz__g.rate = r;
+            } else if (klen == 4 && !memcmp(cfg, "seed", 4)) {
+                uint64_t s = 0;
+                for (size_t i = 0; i < vlen; i++) s = s * 10 + (uint64_t)(v[i] - '0');
+                mlz__g.seed = s;
+            } else if (klen == 5 && !memcmp(cfg, "spool", 5)) {
+                if (vlen == 0 || vlen >= sizeof mlz__g.spool_path) return -ENAMETOOLONG;
+                memcpy(mlz__g.spool_path, v, vlen);
+                mlz__g.spool_path[vlen] = 0;
+            } else if (klen == 6 && !memcmp(cfg, "unwind", 6)) {
+                mlz__g.unwinder = vlen == 2 && !memcmp(v, "fp", 2) ? MLZ_UNWIND_FP : MLZ_UNWIND_DWARF;
+            }
+        }
+        cfg = end ? end + 1 : NULL;
+    }
+    return 0;
+}
+
+static int got_attach(void)
+{
+    if (atomic_load(&attached)) return -EALREADY;
+    if (!got_ready) {
+        int e = mlz_got_init(hooks, NHOOKS);
+        if (e) return -ENOSYS;
+        got_ready = 1;
+    }
+    mlz_real_fns r = {
+        hooks[H_MALLOC].real, hooks[H_FREE].real, hooks[H_CALLOC].real, hooks[H_REALLOC].real,
+        hooks[H_POSIX_MEMALIGN].real, hooks[H_ALIGNED_ALLOC].real, hooks[H_MEMALIGN].real,
+        hooks[H_VALLOC].real, hooks[H_PVALLOC].real, hooks[H_REALLOCARRAY].real,
+    };
+    if (!r.malloc || !r.free || !r.calloc || !r.realloc) return -ENOENT;
+    mlz__g.real = r;
+    if (mlz__start()) return -EIO;
+    atomic_store(&attached, 1);
+    int n = mlz_got_patch_all();
+    if (n < 0) {
+        memlyze_detach();
+        return -EPERM;
+    }
+    mlz_got_stats st;
+    mlz_got_get_stats(&st);
+    patched_modules = (int)st.modules_patched;
+    patched_slots = 0;
+    for (int k = 0; k < MLZ_GOT_NKINDS; k++) patched_slots += (int)st.slots_patched[k];
+    return 0;
+}
+
+MLZ_EXPORT int memlyze_attach(const char *config)
+{
+    if (atomic_load(&attached)) return -EALREADY;
+    int e = parse_config(config);
+    if (e) return e;
+    if (!mlz__g.spool_path[0]) return -EINVAL;
+    return got_attach();
+}
+
+/* Waits (bounded) until no hook is inside a sample path. */
+static int wait_quiescent(void)
+{
+    for (int i = 0; i < 20000; i++) {
+        if (atomic_load(&mlz__g.c.in_flight) == 0) return 0;
+        struct timespec ts = { 0, 100000 };
+        nanosleep(&ts, NULL);
+    }
+    return -1;
+}
+
+MLZ_EXPORT int memlyze_detach(void)
+{
+    if (!atomic_exchange(&attached, 0)) return -ENOENT;
+    mlz_got_unpatch_report rep = { 0 };
+    mlz_got_unpatch_all(&rep);
+    atomic_store(&mlz__g.active_alloc, 0);
+    atomic_store(&mlz__g.active_free, 0);
+    if (wait_quiescent()) {
+        /* A thread is stuck inside a sample path (stopped by a debugger?):
+         * keep the memory, it may still be read. */
+        mlz__drain_stop();
+        return -EBUSY;
+    }
+    mlz__drain_stop();
+    mlz__release();
+    return rep.failed ? -EPERM : 0;
+}
+
+MLZ_EXPORT const char *memlyze_strerror(int code)
+{
+    switch (code) {
+    case 0: return "ok";
+    case -EALREADY: return "memlyze is already attached to this process";
+    case -ENOENT: return "memlyze is not attached to this process";
+    case -EINVAL: return "bad configuration string";
+    case -ENAMETOOLONG: return "spool path too long";
+    case -ENOSYS: return "cannot find the process's allocation functions";
+    case -EIO: return "cannot set up the profiler or open its spool file";
+    case -EPERM: return "some GOT slots could not be written or restored";
+    case -EBUSY: return "a thread is still inside the profiler; memory kept";
+    default: return "unknown error";
+    }
+}
+
+MLZ_EXPORT int memlyze_attach_stats(int *modules, int *slots)
+{
+    *modules = patched_modules;
+    *slots = patched_slots;
+    return atomic_load(&attached);
+}
+
+/* MEMLYZE_MODE=got: the LD_PRELOAD-free path, started from the constructor
+ * of the injectable library when it is preloaded for tests. */
+extern const int mlz__preload_build __attribute__((weak));
+
+__attribute__((constructor)) static void got_mode_from_env(void)
+{
+    const char *m = getenv("MEMLYZE_MODE");
+    if (&mlz__preload_build || !m || strcmp(m, "got")) return;
+    mlz__config_from_env();
+    if (got_attach()) {
+        static const char msg[] = "memlyze: cannot start in GOT mode; allocations pass through untracked\n";
+        if (write(2, msg, sizeof msg - 1)) {}
+    }
+}
+
+__attribute__((destructor)) static void got_mode_exit(void)
+{
+    if (atomic_load(&attached)) {
+        /* Process exit: seal the spool; the slots can stay (nothing runs after). */
+        atomic_store(&mlz__g.active_alloc, 0);
+        atomic_store(&mlz__g.active_free, 0);
+        mlz__drain_stop();
+    }
+}
