@@ -43,6 +43,7 @@ enum mlz_event_type {
     MLZ_EV_STACK_RAW  = 16,  /* spool only: id, depth, PCs (leaf first) */
     MLZ_EV_MODULE     = 17,  /* spool only: start, size, bias, build-id, path */
     MLZ_EV_COUNTERS   = 18,  /* spool only: the payload's statistics, JSON */
+    MLZ_EV_COVERAGE   = 19,  /* spool only: GOT blind-spot report, text */
 };
 
 typedef struct mlz_header {

@@ -19,6 +19,7 @@
  */
 #include "payload.h"
 #include "gotpatch.h"
+#include "mlz_format.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -99,6 +100,8 @@ static int parse_config(const char *cfg)
                 if (vlen == 0 || vlen >= sizeof mlz__g.spool_path) return -ENAMETOOLONG;
                 memcpy(mlz__g.spool_path, v, vlen);
                 mlz__g.spool_path[vlen] = 0;
+            } else if (klen == 8 && !memcmp(cfg, "coverage", 8)) {
+                mlz__g.coverage = vlen == 1 && v[0] == '1';
             } else if (klen == 6 && !memcmp(cfg, "unwind", 6)) {
                 mlz__g.unwinder = vlen == 2 && !memcmp(v, "fp", 2) ? MLZ_UNWIND_FP : MLZ_UNWIND_DWARF;
             }
@@ -106,6 +109,22 @@ static int parse_config(const char *cfg)
         cfg = end ? end + 1 : NULL;
     }
     return 0;
+}
+
+/* The blind-spot report (capstone, outside every hot path) goes into the
+ * spool as text; memlyze-attach --verbose and memlyze run --coverage show it. */
+static void report_coverage(void)
+{
+    static mlz_got_module_report mods[512];
+    static char text[MLZ_EXT_MAX];
+    mlz_got_blindspot_report r = { .modules = mods, .cap = sizeof mods / sizeof *mods };
+    if (mlz_got_blindspot_scan(&r) < 0) {
+        static const char msg[] = "blind-spot scan unavailable (libcapstone not found in the process's file system)\n";
+        mlz__spool_note(MLZ_EV_COVERAGE, msg, sizeof msg - 1);
+        return;
+    }
+    int n = mlz_got_format_report(&r, text, sizeof text);
+    if (n > 0) mlz__spool_note(MLZ_EV_COVERAGE, text, (size_t)n < sizeof text ? (size_t)n : sizeof text - 1);
 }
 
 static int got_attach(void)
@@ -130,6 +149,7 @@ static int got_attach(void)
         memlyze_detach();
         return -EPERM;
     }
+    if (mlz__g.coverage) report_coverage();
     mlz_got_stats st;
     mlz_got_get_stats(&st);
     patched_modules = (int)st.modules_patched;
@@ -217,7 +237,9 @@ __attribute__((constructor)) static void got_mode_from_env(void)
 __attribute__((destructor)) static void got_mode_exit(void)
 {
     if (atomic_load(&attached)) {
-        /* Process exit: seal the spool; the slots can stay (nothing runs after). */
+        /* Process exit: the report again, now with every module loaded
+         * during the run; then seal the spool (the slots can stay). */
+        if (mlz__g.coverage) report_coverage();
         atomic_store(&mlz__g.active_alloc, 0);
         atomic_store(&mlz__g.active_free, 0);
         mlz__drain_stop();

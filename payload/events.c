@@ -125,6 +125,35 @@ static uint64_t modtab_gen = UINT64_MAX;
 static pthread_t drain_thread;
 static int spool_open;
 
+/* Text another thread wants in the spool (the writer has one owner: the
+ * drain thread). One pending note at a time is all attach needs. */
+static char note_buf[MLZ_EXT_MAX];
+static size_t note_len;
+static unsigned note_type;
+static _Atomic int note_ready;
+
+void mlz__spool_note(unsigned type, const char *text, size_t len)
+{
+    /* Wait (bounded) for the drain thread to take the previous note. */
+    for (int i = 0; i < 50 && atomic_load(&note_ready) && atomic_load(&drain_running); i++) {
+        struct timespec ts = { 0, 2000000 };
+        nanosleep(&ts, NULL);
+    }
+    if (atomic_load(&note_ready)) return;
+    if (len > sizeof note_buf) len = sizeof note_buf;
+    memcpy(note_buf, text, len);
+    note_len = len;
+    note_type = type;
+    atomic_store_explicit(&note_ready, 1, memory_order_release);
+}
+
+static void write_note(uint64_t t_us)
+{
+    if (!atomic_load_explicit(&note_ready, memory_order_acquire)) return;
+    mlz_writer_ext(&spool, note_type, t_us, note_buf, note_len);
+    atomic_store(&note_ready, 0);
+}
+
 static uint64_t to_us(uint64_t mono_ns)
 {
     return (mono_ns + mlz__g.mono_to_real_ns) / 1000;
@@ -266,6 +295,7 @@ static void *drain_main(void *arg)
         if (mlz_modtab_changed()) mlz_modtab_refresh();
         uint64_t d = mlz__now_ns();
         write_modules(to_us(d));
+        write_note(to_us(d));
         drain_round(d);
         if (++round % 100 == 0) {
             reclaim_rings();
@@ -395,6 +425,7 @@ void mlz__drain_stop(void)
     uint64_t d = mlz__now_ns();
     write_modules(to_us(d));
     drain_round(UINT64_MAX);
+    write_note(to_us(d));
     write_counters(to_us(d));
     mlz_writer_marker(&spool, to_us(d), 1);
     if (mlz_writer_close(&spool))

@@ -79,6 +79,7 @@ typedef struct mlz_global {
     uint64_t seed;                   /* 0 = from entropy */
     int unwinder;
     int follow_fork;
+    int coverage;                    /* GOT mode: write the blind-spot report */
     uint64_t self_lo, self_hi;       /* our own text: frames to drop */
     uint64_t mono_to_real_ns;        /* realtime = monotonic + this */
     _Atomic uint64_t seq;            /* birth sequence numbers */
@@ -125,5 +126,6 @@ int  mlz__drain_start(void);         /* opens the spool, starts the thread */
 void mlz__drain_stop(void);          /* final drain, seals the spool */
 void mlz__drain_forget(void);        /* fork child: the thread is gone */
 void mlz__drain_release(void);       /* unmaps the rings (detach, quiescent) */
+void mlz__spool_note(unsigned type, const char *text, size_t len); /* written by the drain thread */
 
 #endif

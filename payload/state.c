@@ -86,6 +86,7 @@ void mlz__config_from_env(void)
      * noise (bench/bench_unwind). */
     if ((v = getenv("MEMLYZE_UNWIND"))) mlz__g.unwinder = strcmp(v, "fp") == 0 ? MLZ_UNWIND_FP : MLZ_UNWIND_DWARF;
     if ((v = getenv("MEMLYZE_FOLLOW_FORK"))) mlz__g.follow_fork = v[0] == '1';
+    if ((v = getenv("MEMLYZE_COVERAGE"))) mlz__g.coverage = v[0] == '1';
     if ((v = getenv("MEMLYZE_SPOOL")) && *v) copy_str(mlz__g.spool_path, sizeof mlz__g.spool_path, v);
 }
 

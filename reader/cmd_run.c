@@ -8,6 +8,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <getopt.h>
+#include <jansson.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -44,15 +45,25 @@ static int find_payload(const char *name, char *out, size_t len)
     return -1;
 }
 
+static void print_coverage(const char *trace)
+{
+    mlz_error e;
+    mlz_reader *r = mlz_reader_open(trace, 0, &e);
+    if (!r) return;
+    json_t *c = json_object_get(mlz_reader_meta(r)->root, "coverage");
+    fprintf(stderr, "%s", json_is_string(c) ? json_string_value(c) : "memlyze run: no coverage report recorded\n");
+    mlz_reader_close(r);
+}
+
 static int run(int argc, char **argv)
 {
     const char *out = NULL, *rate = NULL, *unwind = NULL, *seed = NULL;
-    int compress = 0, follow = 0, got = 0, c;
+    int compress = 0, follow = 0, got = 0, coverage = 0, c;
     static const struct option opts[] = {
         { "rate", required_argument, 0, 'r' }, { "output", required_argument, 0, 'o' },
         { "unwind", required_argument, 0, 'u' }, { "seed", required_argument, 0, 's' },
         { "compress", no_argument, 0, 'z' }, { "follow-fork", no_argument, 0, 'F' },
-        { "got", no_argument, 0, 'G' }, { 0, 0, 0, 0 } };
+        { "got", no_argument, 0, 'G' }, { "coverage", no_argument, 0, 'C' }, { 0, 0, 0, 0 } };
     while ((c = getopt_long(argc, argv, "+r:o:z", opts, NULL)) != -1) {
         switch (c) {
         case 'r':
@@ -68,6 +79,7 @@ static int run(int argc, char **argv)
         case 'z': compress = 1; break;
         case 'F': follow = 1; break;
         case 'G': got = 1; break;
+        case 'C': coverage = got = 1; break;
         default: return cli_usage_error(&cmd_run, "bad option");
         }
     }
@@ -94,6 +106,7 @@ static int run(int argc, char **argv)
         if (seed) setenv("MEMLYZE_SEED", seed, 1);
         if (follow) setenv("MEMLYZE_FOLLOW_FORK", "1", 1);
         if (got) setenv("MEMLYZE_MODE", "got", 1);
+        if (coverage) setenv("MEMLYZE_COVERAGE", "1", 1);
         execvp(argv[optind], argv + optind);
         fprintf(stderr, "memlyze run: cannot run %s: %s\n", argv[optind], strerror(errno));
         _exit(127);
@@ -140,6 +153,7 @@ static int run(int argc, char **argv)
             rc = 1;
         } else {
             found++;
+            if (coverage) print_coverage(target);
             fprintf(stderr, "memlyze run: wrote %s\n", target);
         }
         unlink(path);
@@ -152,7 +166,7 @@ static int run(int argc, char **argv)
 
 const mlz_command cmd_run = {
     "run", run, "run a program under the profiler and write its trace",
-    "usage: memlyze run [-r BYTES] [-o FILE] [--unwind fp|dwarf] [-z] [--follow-fork] [--got] -- CMD [ARGS]\n"
+    "usage: memlyze run [-r BYTES] [-o FILE] [--unwind fp|dwarf] [-z] [--follow-fork] [--got] [--coverage] -- CMD [ARGS]\n"
     "\n"
     "Runs CMD with the memlyze sampler preloaded (LD_PRELOAD) and, when it\n"
     "exits, writes its symbolized trace. Exits with CMD's status.\n"
@@ -163,5 +177,6 @@ const mlz_command cmd_run = {
     "  --seed N            fixed sampling seed (reproducible runs)\n"
     "  -z, --compress      LZ4-compressed trace with an index\n"
     "  --follow-fork       profile forked children too (FILE.PID.mlyze each)\n"
-    "  --got               patch GOT slots instead of interposing (the attach path)\n",
+    "  --got               patch GOT slots instead of interposing (the attach path)\n"
+    "  --coverage          with --got: print what GOT patching cannot see (blind spots)\n",
 };

@@ -39,6 +39,7 @@ typedef struct fin {
     raw_module *mods; size_t nmods, cmods;
     json_t *files, *funcs;    /* string -> id */
     json_t *counters;         /* last COUNTERS record, or NULL */
+    char *coverage;           /* COVERAGE text, or NULL */
     uint64_t nfiles, nfuncs;
     int truncated;
 } fin;
@@ -79,6 +80,9 @@ static int collect(fin *f, const mlz_event *ev)
             f->stacks = n;
         }
         f->stacks[f->nstacks++] = st;
+    } else if (ev->type == MLZ_EV_COVERAGE) {
+        free(f->coverage);
+        f->coverage = strndup((const char *)p, (size_t)(end - p));
     } else if (ev->type == MLZ_EV_COUNTERS) {
         json_t *c = json_loadb((const char *)p, (size_t)(end - p), 0, NULL);
         if (!json_is_object(c)) { json_decref(c); return -1; }
@@ -140,6 +144,7 @@ static size_t build_meta(fin *f, symbolizer *sym, json_t *spool_root, char *buf,
         }
     }
     if (f->truncated) mlz_jw_bool(&w, "truncated", 1);
+    if (f->coverage) mlz_jw_str(&w, "coverage", f->coverage);
     if (f->counters) {
         const char *ck;
         json_t *cv;
@@ -307,5 +312,6 @@ out:
     if (f.files) json_decref(f.files);
     if (f.funcs) json_decref(f.funcs);
     if (f.counters) json_decref(f.counters);
+    free(f.coverage);
     return rc;
 }
