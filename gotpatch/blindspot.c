@@ -82,7 +82,7 @@ static int cs_load(struct capstone *c)
 {
     static const char *const names[] = { "libcapstone.so.4", "libcapstone.so.5", "libcapstone.so" };
     memset(c, 0, sizeof *c);
-    void *(*dl)(const char *, int) = mlz__g.real_dlopen ? mlz__g.real_dlopen : dlopen;
+    void *(*dl)(const char *, int) = mlz__got.real_dlopen ? mlz__got.real_dlopen : dlopen;
     for (size_t i = 0; i < 3 && !c->lib; i++) c->lib = dl(names[i], RTLD_NOW | RTLD_LOCAL);
     if (!c->lib) return MLZ_GOT_ENOCAPSTONE;
     *(void **)&c->open = dlsym(c->lib, "cs_open");
@@ -99,7 +99,7 @@ static int cs_load(struct capstone *c)
 static void cs_unload(struct capstone *c)
 {
     if (!c->lib) return;
-    int (*dc)(void *) = mlz__g.real_dlclose ? mlz__g.real_dlclose : dlclose;
+    int (*dc)(void *) = mlz__got.real_dlclose ? mlz__got.real_dlclose : dlclose;
     dc(c->lib);
 }
 
@@ -200,14 +200,14 @@ static int scan_cb(struct dl_phdr_info *info, size_t size, void *arg)
     uintptr_t t[MAX_TARGETS];
     uint8_t th[MAX_TARGETS];
     size_t nt = 0;
-    for (size_t i = 0; i < mlz__g.nhooks; i++) {
-        if (!mlz__is_alloc_name(mlz__g.name[i])) continue;
-        uintptr_t real = mlz__g.real[i];
+    for (size_t i = 0; i < mlz__got.nhooks; i++) {
+        if (!mlz__is_alloc_name(mlz__got.name[i])) continue;
+        uintptr_t real = mlz__got.real[i];
         if (real) {
             t[nt] = real, th[nt++] = (uint8_t)i;
             if (mlz__in_module(&d, real)) mr->flags |= MLZ_GOT_MOD_PROVIDER;
         }
-        const ElfW(Sym) *s = mlz__dyn_lookup_def(&d, mlz__g.name[i]);
+        const ElfW(Sym) *s = mlz__dyn_lookup_def(&d, mlz__got.name[i]);
         if (s) {
             mr->own_alloc_mask |= 1u << i;
             if (d.base + s->st_value != real) t[nt] = d.base + s->st_value, th[nt++] = (uint8_t)i;
@@ -228,7 +228,7 @@ int mlz_got_blindspot_scan(mlz_got_blindspot_report *out)
     if (!out || (out->cap && !out->modules)) return MLZ_GOT_EINVAL;
     out->n = 0;
     out->bytes_scanned = 0;
-    if (!__atomic_load_n(&mlz__g.initialised, __ATOMIC_ACQUIRE)) return MLZ_GOT_ESTATE;
+    if (!__atomic_load_n(&mlz__got.initialised, __ATOMIC_ACQUIRE)) return MLZ_GOT_ESTATE;
     struct capstone cs;
     int rc = cs_load(&cs);   /* outside our lock: capstone's constructors may dlopen */
     if (rc) { cs_unload(&cs); return rc; }
@@ -296,14 +296,14 @@ int mlz_got_format_report(const mlz_got_blindspot_report *r, char *buf, size_t l
         if (m->flags & MLZ_GOT_MOD_PROVIDER) sb(&s, " allocator-provider");
         if (m->own_alloc_mask && !(m->flags & MLZ_GOT_MOD_PROVIDER)) {
             sb(&s, " own-allocator:");
-            for (size_t h = 0; h < mlz__g.nhooks && h < 32; h++)
-                if (m->own_alloc_mask & (1u << h)) sb(&s, " %s", mlz__g.name[h]);
+            for (size_t h = 0; h < mlz__got.nhooks && h < 32; h++)
+                if (m->own_alloc_mask & (1u << h)) sb(&s, " %s", mlz__got.name[h]);
         }
         sb(&s, "\n");
         for (uint32_t k = 0; k < m->nsites; k++)
             sb(&s, "    direct call at %#lx (+%#lx) -> %s\n", (unsigned long)m->sites[k],
                (unsigned long)(m->sites[k] - m->base),
-               m->site_hook[k] < mlz__g.nhooks ? mlz__g.name[m->site_hook[k]] : "?");
+               m->site_hook[k] < mlz__got.nhooks ? mlz__got.name[m->site_hook[k]] : "?");
     }
     if (r->n > n) sb(&s, "(%zu more modules not shown)\n", r->n - n);
     return (int)s.pos;

@@ -67,7 +67,7 @@ void mlz__dyn_foreach_reloc(const mlz__dyn *d, mlz__reloc_fn fn, void *ctx);
 
 /* ---- resolve.c: finding the real definitions -------------------------- */
 
-int mlz__resolve_reals(void);   /* fills mlz__g.real[]; called by init */
+int mlz__resolve_reals(void);   /* fills mlz__got.real[]; called by init */
 
 /* ---- modules.c: dlopen / dlclose --------------------------------------- */
 
@@ -91,7 +91,7 @@ typedef struct mlz__global {
     int (*real_dlclose)(void *);
 } mlz__global;
 
-extern mlz__global mlz__g;
+extern mlz__global mlz__got;
 
 int mlz__lock(void);
 void mlz__unlock(void);

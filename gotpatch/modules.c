@@ -262,16 +262,16 @@ int mlz_got_dlopen_path(const char *file, void *caller_ret_addr, char *out, size
 
 void *mlz_got_dlopen(const char *file, int mode, void *caller_ret_addr)
 {
-    if (!mlz__g.real_dlopen) return NULL;
+    if (!mlz__got.real_dlopen) return NULL;
     char path[PATH_MAX];
     Lmid_t ns = LM_ID_BASE;
     const char *use = file;
     if (file && resolve(file, caller_ret_addr, path, sizeof path, &ns) == 1) use = path;
     void *h;
-    if (ns != LM_ID_BASE && mlz__g.real_dlmopen)
-        h = mlz__g.real_dlmopen(ns, use, mode);
+    if (ns != LM_ID_BASE && mlz__got.real_dlmopen)
+        h = mlz__got.real_dlmopen(ns, use, mode);
     else
-        h = mlz__g.real_dlopen(use, mode);
+        h = mlz__got.real_dlopen(use, mode);
     if (h) {
         int saved = errno;
         if (mlz__lock() == 0) {
@@ -285,10 +285,10 @@ void *mlz_got_dlopen(const char *file, int mode, void *caller_ret_addr)
 
 int mlz_got_dlclose(void *handle)
 {
-    if (!mlz__g.real_dlclose) return -1;
-    int r = mlz__g.real_dlclose(handle);
+    if (!mlz__got.real_dlclose) return -1;
+    int r = mlz__got.real_dlclose(handle);
     int saved = errno;
-    if (__atomic_load_n(&mlz__g.initialised, __ATOMIC_ACQUIRE) && mlz__lock() == 0) {
+    if (__atomic_load_n(&mlz__got.initialised, __ATOMIC_ACQUIRE) && mlz__lock() == 0) {
         mlz__forget_unloaded_locked();
         mlz__unlock();
     }

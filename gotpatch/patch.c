@@ -30,7 +30,7 @@
 
 #include "got_internal.h"
 
-mlz__global mlz__g;
+mlz__global mlz__got;
 
 /* ---- the lock ---------------------------------------------------------- */
 
@@ -160,8 +160,8 @@ static int hook_by_name(const char *name)
 {
     unsigned char c0 = (unsigned char)name[0];
     if (!(first_char[c0 / 8] & (1u << (c0 % 8)))) return -1;
-    for (size_t i = 0; i < mlz__g.nhooks; i++)
-        if (name[0] == mlz__g.name[i][0] && strcmp(name, mlz__g.name[i]) == 0) return (int)i;
+    for (size_t i = 0; i < mlz__got.nhooks; i++)
+        if (name[0] == mlz__got.name[i][0] && strcmp(name, mlz__got.name[i]) == 0) return (int)i;
     return -1;
 }
 
@@ -246,8 +246,8 @@ static void add_news(const mlz__dyn *d, uintptr_t where, uint8_t kind, uint8_t s
 static int classify(const mlz__dyn *d, int kind, int hi, const char *name, uintptr_t v,
                     struct pctx *c)
 {
-    if (v == mlz__g.real[hi]) return MLZ_GOT_SLOT_PATCHED;
-    if (v == mlz__g.hook[hi]) return MLZ_GOT_SLOT_PATCHED;
+    if (v == mlz__got.real[hi]) return MLZ_GOT_SLOT_PATCHED;
+    if (v == mlz__got.hook[hi]) return MLZ_GOT_SLOT_PATCHED;
     /* A JUMP_SLOT not yet bound points at this module's own PLT stub: the
      * loader would bind it to the global definition on first call, so it is
      * ours to patch (and to put back, unbound, on unpatch). */
@@ -260,7 +260,7 @@ static int classify(const mlz__dyn *d, int kind, int hi, const char *name, uintp
         c->unrelocated = 1;
         return -1;
     }
-    if (mlz__g.canon[hi] && v == mlz__g.canon[hi]) return MLZ_GOT_LEFT_CANON_PLT;
+    if (mlz__got.canon[hi] && v == mlz__got.canon[hi]) return MLZ_GOT_LEFT_CANON_PLT;
     return MLZ_GOT_LEFT_OTHER_DEF;
 }
 
@@ -279,7 +279,7 @@ static void reloc_cb(void *ctx, const mlz__dyn *d, uintptr_t where, uint32_t typ
     const char *name = mlz__dyn_symname(d, sym);
     if (!name) return;
     int hi = hook_by_name(name);
-    if (hi < 0 || !mlz__g.real[hi]) return;
+    if (hi < 0 || !mlz__got.real[hi]) return;
     if (where & 7) { add_news(d, where, kind, MLZ_GOT_LEFT_MISALIGNED, hi, 0, c); return; }
     uintptr_t v = __atomic_load_n((uintptr_t *)where, __ATOMIC_ACQUIRE);
     if (kind == MLZ_GOT_ABS64 && addend != 0) { add_news(d, where, kind, MLZ_GOT_LEFT_ADDEND, hi, v, c); return; }
@@ -287,7 +287,7 @@ static void reloc_cb(void *ctx, const mlz__dyn *d, uintptr_t where, uint32_t typ
     if (st < 0) return;
     /* A slot already holding our hook (a second payload instance, or a
      * table lost to a reset) is restored to the real function. */
-    add_news(d, where, kind, (uint8_t)st, hi, v == mlz__g.hook[hi] ? mlz__g.real[hi] : v, c);
+    add_news(d, where, kind, (uint8_t)st, hi, v == mlz__got.hook[hi] ? mlz__got.real[hi] : v, c);
 }
 
 static int patch_module(int m, const struct dl_phdr_info *info, struct pctx *c)
@@ -313,9 +313,9 @@ static int patch_module(int m, const struct dl_phdr_info *info, struct pctx *c)
         for (size_t i = 0; i < nnews; i++) {
             if (news[i].state != MLZ_GOT_SLOT_PATCHED) continue;
             uintptr_t cur = __atomic_load_n((uintptr_t *)news[i].addr, __ATOMIC_ACQUIRE);
-            if (cur == mlz__g.hook[news[i].hook]) continue;
+            if (cur == mlz__got.hook[news[i].hook]) continue;
             if (mlz__vec_reserve((void **)&wrs, &capwrs, sizeof *wrs, nwrs + 1)) return MLZ_GOT_ENOMEM;
-            wrs[nwrs++] = (wr){ .addr = news[i].addr, .expect = cur, .val = mlz__g.hook[news[i].hook],
+            wrs[nwrs++] = (wr){ .addr = news[i].addr, .expect = cur, .val = mlz__got.hook[news[i].hook],
                                 .slot = (uint32_t)i };
             if (attempt == 0) news[i].orig = news[i].orig ? news[i].orig : cur;
         }
@@ -330,9 +330,9 @@ static int patch_module(int m, const struct dl_phdr_info *info, struct pctx *c)
             if (wrs[k].result < 0) { s->state = MLZ_GOT_LEFT_PROT; continue; }
             /* Changed under us: the loader bound a lazy slot, or another
              * tool patched it. Decide again from the new value. */
-            int st = classify(&d, s->kind, s->hook, mlz__g.name[s->hook], wrs[k].seen, c);
+            int st = classify(&d, s->kind, s->hook, mlz__got.name[s->hook], wrs[k].seen, c);
             s->state = (uint8_t)(st < 0 ? MLZ_GOT_LEFT_OTHER_DEF : st);
-            s->orig = wrs[k].seen == mlz__g.hook[s->hook] ? s->orig : wrs[k].seen;
+            s->orig = wrs[k].seen == mlz__got.hook[s->hook] ? s->orig : wrs[k].seen;
             if (s->state == MLZ_GOT_SLOT_PATCHED) retry = 1;
         }
         if (!retry) break;
@@ -340,7 +340,7 @@ static int patch_module(int m, const struct dl_phdr_info *info, struct pctx *c)
     /* anything still marked PATCHED but not holding the hook gave up */
     for (size_t i = 0; i < nnews; i++)
         if (news[i].state == MLZ_GOT_SLOT_PATCHED &&
-            __atomic_load_n((uintptr_t *)news[i].addr, __ATOMIC_ACQUIRE) != mlz__g.hook[news[i].hook])
+            __atomic_load_n((uintptr_t *)news[i].addr, __ATOMIC_ACQUIRE) != mlz__got.hook[news[i].hook])
             news[i].state = MLZ_GOT_LEFT_OTHER_DEF;
     if (mlz__vec_reserve((void **)&slots, &capslots, sizeof *slots, nslots + nnews)) return MLZ_GOT_ENOMEM;
     for (size_t i = 0; i < nnews; i++) {
@@ -356,7 +356,7 @@ static int still_patched(uint32_t m)
 {
     for (size_t i = 0; i < nslots; i++)
         if (slots[i].mod == m && slots[i].state == MLZ_GOT_SLOT_PATCHED &&
-            __atomic_load_n((uintptr_t *)slots[i].addr, __ATOMIC_ACQUIRE) != mlz__g.hook[slots[i].hook])
+            __atomic_load_n((uintptr_t *)slots[i].addr, __ATOMIC_ACQUIRE) != mlz__got.hook[slots[i].hook])
             return 0;
     return 1;
 }
@@ -457,26 +457,26 @@ int mlz_got_init_ex(mlz_got_hook *hooks, size_t nhooks, const mlz_got_options *o
     nmods = 0;
     have_counters = 0;
     /* Readers of hook[] / real[] are lock-free: publish nhooks last. */
-    __atomic_store_n(&mlz__g.nhooks, 0, __ATOMIC_RELEASE);
+    __atomic_store_n(&mlz__got.nhooks, 0, __ATOMIC_RELEASE);
     unsigned flags = opt ? opt->flags : 0;
-    if (opt && opt->self) mlz__g.self_addr = (uintptr_t)opt->self;
-    else if (flags & MLZ_GOT_PATCH_SELF) mlz__g.self_addr = 0;
-    else mlz__g.self_addr = (uintptr_t)&mlz_got_init_ex;
-    mlz__g.flags = flags;
-    mlz__g.user_hooks = hooks;
+    if (opt && opt->self) mlz__got.self_addr = (uintptr_t)opt->self;
+    else if (flags & MLZ_GOT_PATCH_SELF) mlz__got.self_addr = 0;
+    else mlz__got.self_addr = (uintptr_t)&mlz_got_init_ex;
+    mlz__got.flags = flags;
+    mlz__got.user_hooks = hooks;
     memset(first_char, 0, sizeof first_char);
     for (size_t i = 0; i < nhooks; i++) {
         unsigned char c0 = (unsigned char)hooks[i].name[0];
         first_char[c0 / 8] |= (uint8_t)(1u << (c0 % 8));
-        mlz__g.name[i] = hooks[i].name;
-        mlz__g.hook[i] = (uintptr_t)hooks[i].hook;
+        mlz__got.name[i] = hooks[i].name;
+        mlz__got.hook[i] = (uintptr_t)hooks[i].hook;
     }
-    mlz__g.nhooks = nhooks;
+    mlz__got.nhooks = nhooks;
     mlz__resolve_reals();
     mlz__init_search_paths();
-    for (size_t i = 0; i < nhooks; i++) hooks[i].real = (void *)mlz__g.real[i];
-    __atomic_store_n(&mlz__g.initialised, 1, __ATOMIC_RELEASE);
-    __atomic_store_n(&mlz__g.nhooks, nhooks, __ATOMIC_RELEASE);
+    for (size_t i = 0; i < nhooks; i++) hooks[i].real = (void *)mlz__got.real[i];
+    __atomic_store_n(&mlz__got.initialised, 1, __ATOMIC_RELEASE);
+    __atomic_store_n(&mlz__got.nhooks, nhooks, __ATOMIC_RELEASE);
     mlz__unlock();
     return 0;
 }
@@ -485,7 +485,7 @@ int mlz_got_init_ex(mlz_got_hook *hooks, size_t nhooks, const mlz_got_options *o
 
 int mlz_got_patch_all(void)
 {
-    if (!__atomic_load_n(&mlz__g.initialised, __ATOMIC_ACQUIRE)) return MLZ_GOT_ESTATE;
+    if (!__atomic_load_n(&mlz__got.initialised, __ATOMIC_ACQUIRE)) return MLZ_GOT_ESTATE;
     int e = mlz__lock();
     if (e) return e;
     int r = pass(0);
@@ -495,7 +495,7 @@ int mlz_got_patch_all(void)
 
 int mlz_got_patch_new_modules(void)
 {
-    if (!__atomic_load_n(&mlz__g.initialised, __ATOMIC_ACQUIRE)) return MLZ_GOT_ESTATE;
+    if (!__atomic_load_n(&mlz__got.initialised, __ATOMIC_ACQUIRE)) return MLZ_GOT_ESTATE;
     int e = mlz__lock();
     if (e) return e;
     int r = pass(1);
@@ -509,7 +509,7 @@ static void fill_slot(mlz_got_slot *o, const slotrec *s)
     o->orig = (void *)s->orig;
     o->cur = (s->state == MLZ_GOT_LEFT_MISALIGNED) ? NULL
              : (void *)__atomic_load_n((uintptr_t *)s->addr, __ATOMIC_RELAXED);
-    o->name = mlz__g.name[s->hook];
+    o->name = mlz__got.name[s->hook];
     o->module = mods[s->mod].name;
     o->kind = s->kind;
     o->state = s->state;
@@ -532,7 +532,7 @@ static int unpatch_cb(struct dl_phdr_info *info, size_t size, void *arg)
     for (size_t i = 0; i < nslots; i++) {
         if (slots[i].mod != (uint32_t)m || slots[i].state != MLZ_GOT_SLOT_PATCHED) continue;
         if (mlz__vec_reserve((void **)&wrs, &capwrs, sizeof *wrs, nwrs + 1)) { c->err = MLZ_GOT_ENOMEM; return 1; }
-        wrs[nwrs++] = (wr){ .addr = slots[i].addr, .expect = mlz__g.hook[slots[i].hook],
+        wrs[nwrs++] = (wr){ .addr = slots[i].addr, .expect = mlz__got.hook[slots[i].hook],
                             .val = slots[i].orig, .slot = (uint32_t)i };
     }
     if (nwrs == 0) return 0;
@@ -561,7 +561,7 @@ int mlz_got_unpatch_all(mlz_got_unpatch_report *r)
     mlz_got_unpatch_report dummy;
     if (!r) { memset(&dummy, 0, sizeof dummy); r = &dummy; }
     r->restored = r->left = r->gone = r->failed = 0;
-    if (!__atomic_load_n(&mlz__g.initialised, __ATOMIC_ACQUIRE)) return MLZ_GOT_ESTATE;
+    if (!__atomic_load_n(&mlz__got.initialised, __ATOMIC_ACQUIRE)) return MLZ_GOT_ESTATE;
     int e = mlz__lock();
     if (e) return e;
     struct uctx c = { .r = r };
@@ -586,18 +586,18 @@ int mlz_got_unpatch_all(mlz_got_unpatch_report *r)
 
 int mlz_got_hook_index(const void *addr)
 {
-    size_t n = __atomic_load_n(&mlz__g.nhooks, __ATOMIC_ACQUIRE);
+    size_t n = __atomic_load_n(&mlz__got.nhooks, __ATOMIC_ACQUIRE);
     for (size_t i = 0; i < n; i++)
-        if (mlz__g.hook[i] == (uintptr_t)addr) return (int)i;
+        if (mlz__got.hook[i] == (uintptr_t)addr) return (int)i;
     return -1;
 }
 
 void *mlz_got_real(const char *name)
 {
-    size_t n = __atomic_load_n(&mlz__g.nhooks, __ATOMIC_ACQUIRE);
+    size_t n = __atomic_load_n(&mlz__got.nhooks, __ATOMIC_ACQUIRE);
     if (!name) return NULL;
     for (size_t i = 0; i < n; i++)
-        if (strcmp(mlz__g.name[i], name) == 0) return (void *)mlz__g.real[i];
+        if (strcmp(mlz__got.name[i], name) == 0) return (void *)mlz__got.real[i];
     return NULL;
 }
 

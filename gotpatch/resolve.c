@@ -35,7 +35,7 @@ int mlz__skip_reason(const struct dl_phdr_info *info)
         uintptr_t s = info->dlpi_addr + p->p_vaddr, e = s + p->p_memsz;
         if (vdso && vdso >= s && vdso < e) return 1;
         if (ldso && ldso >= s && ldso < e) return 2;
-        if (mlz__g.self_addr && mlz__g.self_addr >= s && mlz__g.self_addr < e) return 3;
+        if (mlz__got.self_addr && mlz__got.self_addr >= s && mlz__got.self_addr < e) return 3;
     }
     return 0;
 }
@@ -113,9 +113,9 @@ static int canon_cb(struct dl_phdr_info *info, size_t size, void *arg)
     if (c->done++) return 1;
     mlz__dyn d;
     if (mlz__dyn_parse(info, &d) != 0) return 1;
-    for (size_t i = 0; i < mlz__g.nhooks; i++) {
-        const ElfW(Sym) *s = mlz__dyn_lookup_any(&d, mlz__g.name[i]);
-        mlz__g.canon[i] = (s && s->st_shndx == SHN_UNDEF && s->st_value)
+    for (size_t i = 0; i < mlz__got.nhooks; i++) {
+        const ElfW(Sym) *s = mlz__dyn_lookup_any(&d, mlz__got.name[i]);
+        mlz__got.canon[i] = (s && s->st_shndx == SHN_UNDEF && s->st_value)
                           ? d.base + s->st_value : 0;
     }
     return 1;
@@ -123,11 +123,11 @@ static int canon_cb(struct dl_phdr_info *info, size_t size, void *arg)
 
 int mlz__resolve_reals(void)
 {
-    for (size_t i = 0; i < mlz__g.nhooks; i++)
-        mlz__g.real[i] = resolve_one(mlz__g.name[i]);
-    mlz__g.real_dlopen = (void *(*)(const char *, int))resolve_one("dlopen");
-    mlz__g.real_dlmopen = (void *(*)(long, const char *, int))resolve_one("dlmopen");
-    mlz__g.real_dlclose = (int (*)(void *))resolve_one("dlclose");
+    for (size_t i = 0; i < mlz__got.nhooks; i++)
+        mlz__got.real[i] = resolve_one(mlz__got.name[i]);
+    mlz__got.real_dlopen = (void *(*)(const char *, int))resolve_one("dlopen");
+    mlz__got.real_dlmopen = (void *(*)(long, const char *, int))resolve_one("dlmopen");
+    mlz__got.real_dlclose = (int (*)(void *))resolve_one("dlclose");
     struct canon_ctx cc = { 0 };
     dl_iterate_phdr(canon_cb, &cc);
     return 0;
