@@ -50,11 +50,15 @@ static void leave(void)
 
 static MLZ_COLD MLZ_NOINLINE void thread_init(mlz_tls *t)
 {
-    uint64_t seed = mlz__g.seed ? mlz__g.seed : mlz_sampler_global_entropy();
+    static _Atomic uint64_t ordinal;
     t->tid = (int32_t)syscall(SYS_gettid);
-    mlz_sampler_thread_init(&t->s, mlz__g.rate,
-                            mlz_sampler_seed_for_thread(seed, (uint64_t)mlz__g.pid,
-                                                        (uint64_t)t->tid, mlz__now_ns()));
+    uint64_t seed;
+    if (mlz__g.seed)   /* reproducible: the n-th thread to sample gets the n-th stream */
+        seed = mlz_sampler_seed_for_thread(mlz__g.seed, atomic_fetch_add(&ordinal, 1), 0, 0);
+    else
+        seed = mlz_sampler_seed_for_thread(mlz_sampler_global_entropy(), (uint64_t)mlz__g.pid,
+                                           (uint64_t)t->tid, mlz__now_ns());
+    mlz_sampler_thread_init(&t->s, mlz__g.rate, seed);
 }
 
 /* Captures the caller's stack, our own frames dropped. */
