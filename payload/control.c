@@ -38,6 +38,10 @@ int mlz__start(void)
         err_line("memlyze: cannot open the spool file; allocations pass through untracked\n");
         return -1;
     }
+    /* This thread may have allocated before the configuration was read
+     * (other libraries' constructors run first): its countdown was drawn at
+     * the default rate. Other threads draw theirs at their next sample. */
+    if (mlz__tls.s.initialized) mlz_sampler_rearm(&mlz__tls.s, mlz__g.rate);
     atomic_store(&mlz__g.active_free, 1);
     atomic_store(&mlz__g.active_alloc, 1);
     return 0;
