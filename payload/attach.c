@@ -51,7 +51,7 @@ static mlz_got_hook hooks[NHOOKS] = {
 };
 
 static int got_ready;                 /* mlz_got_init done (once per process) */
-static _Atomic int attached;
+_Atomic int mlz__attached;   /* read from outside through memlyze_info */
 static int patched_modules, patched_slots;
 
 /* Our dlopen must not become "the caller" (RUNPATH, $ORIGIN): gotpatch
@@ -61,7 +61,7 @@ static void *hook_dlopen(const char *file, int mode)
 {
     void *caller = __builtin_return_address(0);
     void *(*real)(const char *, int) = (void *(*)(const char *, int))hooks[H_DLOPEN].real;
-    if (atomic_load(&attached)) return mlz_got_dlopen(file, mode, caller);
+    if (atomic_load(&mlz__attached)) return mlz_got_dlopen(file, mode, caller);
     char path[PATH_MAX];
     if (file && mlz_got_dlopen_path(file, caller, path, sizeof path) == 1) return real(path, mode);
     return real(file, mode);
@@ -69,7 +69,7 @@ static void *hook_dlopen(const char *file, int mode)
 
 static int hook_dlclose(void *handle)
 {
-    if (atomic_load(&attached)) return mlz_got_dlclose(handle);
+    if (atomic_load(&mlz__attached)) return mlz_got_dlclose(handle);
     return ((int (*)(void *))hooks[H_DLCLOSE].real)(handle);
 }
 
@@ -129,7 +129,7 @@ static void report_coverage(void)
 
 static int got_attach(void)
 {
-    if (atomic_load(&attached)) return -EALREADY;
+    if (atomic_load(&mlz__attached)) return -EALREADY;
     if (!got_ready) {
         int e = mlz_got_init(hooks, NHOOKS);
         if (e) return -ENOSYS;
@@ -143,7 +143,7 @@ static int got_attach(void)
     if (!r.malloc || !r.free || !r.calloc || !r.realloc) return -ENOENT;
     mlz__g.real = r;
     if (mlz__start()) return -EIO;
-    atomic_store(&attached, 1);
+    atomic_store(&mlz__attached, 1);
     int n = mlz_got_patch_all();
     if (n < 0) {
         memlyze_detach();
@@ -160,7 +160,7 @@ static int got_attach(void)
 
 MLZ_EXPORT int memlyze_attach(const char *config)
 {
-    if (atomic_load(&attached)) return -EALREADY;
+    if (atomic_load(&mlz__attached)) return -EALREADY;
     int e = parse_config(config);
     if (e) return e;
     if (!mlz__g.spool_path[0]) return -EINVAL;
@@ -180,7 +180,7 @@ static int wait_quiescent(void)
 
 MLZ_EXPORT int memlyze_detach(void)
 {
-    if (!atomic_exchange(&attached, 0)) return -ENOENT;
+    if (!atomic_exchange(&mlz__attached, 0)) return -ENOENT;
     mlz_got_unpatch_report rep = { 0 };
     mlz_got_unpatch_all(&rep);
     atomic_store(&mlz__g.active_alloc, 0);
@@ -216,7 +216,7 @@ MLZ_EXPORT int memlyze_attach_stats(int *modules, int *slots)
 {
     *modules = patched_modules;
     *slots = patched_slots;
-    return atomic_load(&attached);
+    return atomic_load(&mlz__attached);
 }
 
 /* MEMLYZE_MODE=got: the LD_PRELOAD-free path, started from the constructor
@@ -236,7 +236,7 @@ __attribute__((constructor)) static void got_mode_from_env(void)
 
 __attribute__((destructor)) static void got_mode_exit(void)
 {
-    if (atomic_load(&attached)) {
+    if (atomic_load(&mlz__attached)) {
         /* Process exit: the report again, now with every module loaded
          * during the run; then seal the spool (the slots can stay). */
         if (mlz__g.coverage) report_coverage();

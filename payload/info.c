@@ -1,0 +1,52 @@
+/*
+ * info.c - the exported memlyze_info (see info.h), filled at compile time
+ * from the real structures so it cannot drift from them.
+ */
+#include "info.h"
+#include "payload.h"
+
+#include <stddef.h>
+
+extern _Atomic int mlz__attached;
+
+static const char *const counter_names[] = {
+    "samples", "frees_tracked", "ring_drops", "no_ring", "reentrant",
+    "events_written", "spool_errors", "in_flight",
+};
+_Static_assert(sizeof counter_names / sizeof *counter_names == sizeof(mlz_counters) / sizeof(uint64_t),
+               "every counter has a name");
+
+#define A(x) ((uint64_t)(uintptr_t)&(x))
+
+MLZ_EXPORT const struct memlyze_info memlyze_info = {
+    .magic = MEMLYZE_INFO_MAGIC,
+    .version = MEMLYZE_INFO_VERSION,
+    .size = sizeof(struct memlyze_info),
+    .ready_addr = A(mlz__g.ready),
+    .attached_addr = A(mlz__attached),
+    .rate_addr = A(mlz__g.rate),
+    .pid_addr = A(mlz__g.pid),
+    .mono_to_real_addr = A(mlz__g.mono_to_real_ns),
+    .map_slots_addr = A(mlz__g.map.slots),
+    .map_mask_addr = A(mlz__g.map.mask),
+    .entry_size = sizeof(mlz_heap_entry),
+    .entry_key = offsetof(mlz_heap_entry, key),
+    .entry_size_field = offsetof(mlz_heap_entry, size),
+    .entry_stack_id = offsetof(mlz_heap_entry, stack_id),
+    .entry_tid = offsetof(mlz_heap_entry, tid),
+    .entry_time_ns = offsetof(mlz_heap_entry, time_ns),
+    .entry_seq = offsetof(mlz_heap_entry, seq),
+    .entry_check = offsetof(mlz_heap_entry, check),
+    .check_algorithm = 1,
+    .stack_recs_addr = A(mlz__g.stacks.recs),
+    .stack_frames_addr = A(mlz__g.stacks.frames),
+    .stack_next_id_addr = A(mlz__g.stacks.next_id),
+    .rec_size = sizeof(mlz_stack_rec),
+    .rec_ready = offsetof(mlz_stack_rec, ready),
+    .rec_depth = offsetof(mlz_stack_rec, depth),
+    .rec_frames_offset = offsetof(mlz_stack_rec, frames_offset),
+    .max_frames = MLZ_MAX_FRAMES,
+    .counters_addr = A(mlz__g.c),
+    .counter_names_addr = (uint64_t)(uintptr_t)counter_names,
+    .ncounters = sizeof counter_names / sizeof *counter_names,
+};
