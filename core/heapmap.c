@@ -131,6 +131,8 @@ void mlz_heapmap_destroy(mlz_heapmap *m)
  *     key RESERVED:         CAS key ->TOMB               (TOMB, KILLED)
  *   (TOMB, KILLED)        publish/cancel sees TOMB:
  *                                  store pending 0       (TOMB, 0)
+ *   (TOMB, KILLED)        remove finds the owner cancelled
+ *                         in between: store pending 0    (TOMB, 0)
  *
  * Invariants that make it work without locks or waiting:
  *  - pending returns to 0 only after key is TOMB, so "pending == 0" means
