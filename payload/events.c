@@ -297,10 +297,7 @@ static void *drain_main(void *arg)
         write_modules(to_us(d));
         write_note(to_us(d));
         drain_round(d);
-        if (++round % 100 == 0) {
-            reclaim_rings();
-            if (mlz_bloom_saturation(&mlz__g.bloom) > 0.5) mlz_bloom_rebuild(&mlz__g.bloom, &mlz__g.map);
-        }
+        if (++round % 100 == 0) reclaim_rings();
     }
     return NULL;
 }
@@ -403,8 +400,8 @@ static void write_counters(uint64_t t_us)
     C("stacks", ss.ids);
     C("stacks_truncated", ss.truncated);
     C("stack_bytes", ss.bytes_used);
-    C("bloom_rebuilds", mlz__g.bloom.rebuilds);
     C("bloom_saturation_permille", (uint64_t)(mlz_bloom_saturation(&mlz__g.bloom) * 1000));
+    C("bloom_stuck_cells", mlz__g.bloom.stuck);
     mlz_unwind_stats us;
     mlz_unwind_get_stats(&us);
     C("unwind_dwarf_walks", us.walks);

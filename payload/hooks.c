@@ -125,7 +125,11 @@ static MLZ_COLD MLZ_NOINLINE void free_slow(void *p)
     if (t->s.in_hook) return;
     t->s.in_hook = 1;
     if (enter(&mlz__g.active_free)) {
-        if (mlz_heapmap_remove(&mlz__g.map, (uint64_t)p, NULL)) {
+        mlz_heap_entry old;
+        if (mlz_heapmap_remove(&mlz__g.map, (uint64_t)p, &old)) {
+            /* An insert that died during birth (time 0) may not have added
+             * its counts yet: taking them out could hide another sample. */
+            if (old.time_ns) mlz_bloom_remove(&mlz__g.bloom, (uint64_t)p);
             mlz__push(1 /* FREE */, mlz__now_ns(), (uint64_t)p, 0, 0);
             atomic_fetch_add_explicit(&mlz__g.c.frees_tracked, 1, memory_order_relaxed);
         }
@@ -229,6 +233,7 @@ static void *realloc_common(void *p, size_t n, void *(*call)(void *, size_t, siz
                 mlz_heapmap_publish(&mlz__g.map, slot, (uint64_t)p, old.size, old.stack_id, old.tid,
                                     old.time_ns, old.seq);
         } else {
+            if (old.time_ns) mlz_bloom_remove(&mlz__g.bloom, (uint64_t)p);
             mlz__push(1, mlz__now_ns(), (uint64_t)p, 0, 0);
             atomic_fetch_add_explicit(&mlz__g.c.frees_tracked, 1, memory_order_relaxed);
         }

@@ -19,7 +19,8 @@
 
 /* Before init the free hook's Bloom test must answer "no" without memory
  * of its own: an all-zero filter in .bss (never written, so never resident). */
-static uint64_t empty_filter[(1u << MLZ_BLOOM_DEFAULT_LOG2_BITS) / 64];
+static uint8_t empty_filter[1u << MLZ_BLOOM_DEFAULT_LOG2_CELLS];
+static uint8_t *spare_cells;     /* a detached filter, zeroed, for the next attach */
 
 /* Defined by preload.c in the LD_PRELOAD build only; NULL otherwise. */
 #define BOOT(ret, name, args) extern ret mlz__boot_##name args __attribute__((weak));
@@ -39,8 +40,8 @@ mlz_global mlz__g = {
     .real = { mlz__boot_malloc, mlz__boot_free, mlz__boot_calloc, mlz__boot_realloc,
               mlz__boot_posix_memalign, mlz__boot_aligned_alloc, mlz__boot_memalign,
               mlz__boot_valloc, mlz__boot_pvalloc, mlz__boot_reallocarray },
-    .bloom = { .bits = empty_filter, .mask = (1u << MLZ_BLOOM_DEFAULT_LOG2_BITS) - 1,
-               .log2_bits = MLZ_BLOOM_DEFAULT_LOG2_BITS, .k = MLZ_BLOOM_K },
+    .bloom = { .cells = empty_filter, .mask = (1u << MLZ_BLOOM_DEFAULT_LOG2_CELLS) - 1,
+               .log2_cells = MLZ_BLOOM_DEFAULT_LOG2_CELLS },
     .rate = MLZ_SAMPLER_DEFAULT_RATE,
 };
 
@@ -118,14 +119,19 @@ int mlz__init(void)
         return -1;
     }
     mlz_bloom tmp;
-    if (mlz_bloom_init(&tmp, MLZ_BLOOM_DEFAULT_LOG2_BITS)) {
+    if (spare_cells) {
+        tmp.cells = spare_cells;   /* zeroed by MADV_DONTNEED at detach */
+        spare_cells = NULL;
+    } else if (mlz_bloom_init(&tmp, MLZ_BLOOM_DEFAULT_LOG2_CELLS)) {
         mlz_stacktab_destroy(&mlz__g.stacks);
         mlz_heapmap_destroy(&mlz__g.map);
         return -1;
     }
     /* Same geometry as the placeholder, so a concurrent free that loaded
      * the old word pointer still indexes inside a filter of this size. */
-    atomic_store_explicit(&mlz__g.bloom.bits, atomic_load(&tmp.bits), memory_order_release);
+    atomic_store(&mlz__g.bloom.nonzero, 0);
+    atomic_store(&mlz__g.bloom.stuck, 0);
+    atomic_store_explicit(&mlz__g.bloom.cells, atomic_load(&tmp.cells), memory_order_release);
 
     mlz_modtab_refresh();
     const mlz_module *self = mlz_modtab_find((uint64_t)(uintptr_t)&mlz_hook_malloc);
@@ -142,13 +148,16 @@ int mlz__init(void)
 /* Detach, once no hook is inside a sample path: the map and the stack table
  * are only reached from sample paths, so they can go. The Bloom filter is
  * read on every free without such a guard, so its pages are handed back
- * with MADV_DONTNEED and stay mapped: a reader sees zeros ("not sampled"). */
+ * with MADV_DONTNEED and stay mapped: a late reader sees zeros ("not
+ * sampled"). A later attach reuses that mapping. */
 void mlz__release(void)
 {
     if (!mlz__g.ready) return;
-    uint64_t *bits = atomic_exchange(&mlz__g.bloom.bits, empty_filter);
-    if (bits && bits != empty_filter)
-        madvise(bits, (size_t)(mlz__g.bloom.mask + 1) / 8, MADV_DONTNEED);
+    uint8_t *cells = atomic_exchange(&mlz__g.bloom.cells, empty_filter);
+    if (cells && cells != empty_filter) {
+        madvise(cells, (size_t)mlz__g.bloom.mask + 1, MADV_DONTNEED);
+        spare_cells = cells;
+    }
     mlz_heapmap_destroy(&mlz__g.map);
     mlz_stacktab_destroy(&mlz__g.stacks);
     mlz__drain_release();
