@@ -369,6 +369,24 @@ int mlz_heapmap_remove(mlz_heapmap *m, uint64_t ptr, mlz_heap_entry *out_copy)
     return 0;
 }
 
+int mlz_heapmap_contains(const mlz_heapmap *m, uint64_t ptr)
+{
+    if (!is_pointer(ptr)) return 0;
+    uint64_t home = home_of(m, ptr), limit = probe_limit(m);
+    uint64_t reach = atomic_load_explicit(&m->max_probe, memory_order_relaxed);
+    if (reach < limit) limit = reach;
+    for (uint64_t i = 0; i < limit; i++) {
+        mlz_heap_entry *e = &m->slots[probe_at(m, home, i)];
+        /* Same acquire loads as remove: a yes here means remove will find it. */
+        uint64_t k = atomic_load_explicit(&e->key, memory_order_acquire);
+        if (k == ptr || (k == MLZ_HEAP_RESERVED &&
+                         atomic_load_explicit(&e->pending, memory_order_acquire) == ptr))
+            return 1;
+        if (k == MLZ_HEAP_EMPTY && chain_ends(e)) return 0;
+    }
+    return 0;
+}
+
 size_t mlz_heapmap_foreach(const mlz_heapmap *m,
                            void (*cb)(const mlz_heap_entry *copy, void *arg), void *arg)
 {

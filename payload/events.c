@@ -43,6 +43,9 @@ typedef struct mlz_ring {
     _Atomic int32_t owner;                /* tid, 0 = free */
     uint32_t mask;
     mlz_rec *recs;
+    /* The owner's DWARF rule cache: per thread (no locking), and it goes
+     * with the ring so that exited threads' caches are reused, not leaked. */
+    mlz_unwind_cache *ucache;
 } mlz_ring;
 
 static mlz_ring rings[MAX_RINGS];
@@ -81,18 +84,38 @@ static mlz_ring *claim_ring(int32_t tid)
     }
 }
 
-void mlz__push(uint8_t type, uint64_t ts_ns, uint64_t addr, uint64_t size, uint32_t stack_id)
+/* This thread's ring, claimed on first use; NULL when none is left. */
+static mlz_ring *my_ring(mlz_tls *t)
 {
-    mlz_tls *t = &mlz__tls;
     mlz_ring *r = t->ring;
     /* A thread that has only freed so far has not been through thread_init:
      * it needs its tid before it can own a ring (0 means "free ring"). */
     if (mlz_unlikely(!t->tid)) t->tid = (int32_t)syscall(SYS_gettid);
-    if (mlz_unlikely(!r || atomic_load_explicit(&r->owner, memory_order_relaxed) != t->tid)) {
-        if (!ring_size || !(r = t->ring = claim_ring(t->tid))) {
-            atomic_fetch_add_explicit(&mlz__g.c.no_ring, 1, memory_order_relaxed);
-            return;
-        }
+    if (mlz_likely(r && atomic_load_explicit(&r->owner, memory_order_relaxed) == t->tid)) return r;
+    if (!ring_size) return NULL;
+    return t->ring = claim_ring(t->tid);
+}
+
+mlz_unwind_cache *mlz__unwind_cache(void)
+{
+    mlz_ring *r = my_ring(&mlz__tls);
+    if (!r) return NULL;
+    if (!r->ucache) {
+        void *m = mmap(NULL, sizeof(mlz_unwind_cache), PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (m == MAP_FAILED) return NULL;
+        r->ucache = m;
+    }
+    return r->ucache;
+}
+
+void mlz__push(uint8_t type, uint64_t ts_ns, uint64_t addr, uint64_t size, uint32_t stack_id)
+{
+    mlz_tls *t = &mlz__tls;
+    mlz_ring *r = my_ring(t);
+    if (mlz_unlikely(!r)) {
+        atomic_fetch_add_explicit(&mlz__g.c.no_ring, 1, memory_order_relaxed);
+        return;
     }
     uint64_t h = atomic_load_explicit(&r->head, memory_order_relaxed);
     if (h - atomic_load_explicit(&r->tail, memory_order_acquire) > r->mask) {
@@ -448,7 +471,9 @@ void mlz__drain_release(void)
     uint32_t n = atomic_load(&nrings);
     for (uint32_t i = 0; i < n; i++) {
         if (rings[i].recs) munmap(rings[i].recs, (size_t)(rings[i].mask + 1) * sizeof(mlz_rec));
+        if (rings[i].ucache) munmap(rings[i].ucache, sizeof(mlz_unwind_cache));
         rings[i].recs = NULL;
+        rings[i].ucache = NULL;
         atomic_store(&rings[i].owner, 0);
         atomic_store(&rings[i].head, 0);
         atomic_store(&rings[i].tail, 0);

@@ -38,7 +38,7 @@ static int foreign_process(void)
 static int enter(_Atomic int *flag)
 {
     atomic_fetch_add(&mlz__g.c.in_flight, 1);
-    if (atomic_load(flag) && !foreign_process()) return 1;
+    if (atomic_load(flag)) return 1;
     atomic_fetch_sub(&mlz__g.c.in_flight, 1);
     return 0;
 }
@@ -66,9 +66,14 @@ static unsigned capture(mlz_tls *t, uint64_t *pcs)
 {
     uint64_t hi = mlz_stack_cache_hi(&t->stack);
     uint64_t raw[MLZ_MAX_FRAMES + 8];
-    unsigned n = mlz__g.unwinder == MLZ_UNWIND_FP
-                     ? mlz_unwind_fp_bounded(raw, MLZ_MAX_FRAMES + 8, 0, hi)
-                     : mlz_unwind_dwarf_bounded(raw, MLZ_MAX_FRAMES + 8, 0, hi);
+    unsigned n;
+    mlz_unwind_cache *cache;
+    if (mlz__g.unwinder == MLZ_UNWIND_FP)
+        n = mlz_unwind_fp_bounded(raw, MLZ_MAX_FRAMES + 8, 0, hi);
+    else if ((cache = mlz__unwind_cache()))
+        n = mlz_unwind_dwarf_cached(raw, MLZ_MAX_FRAMES + 8, 0, hi, cache);
+    else
+        n = mlz_unwind_dwarf_bounded(raw, MLZ_MAX_FRAMES + 8, 0, hi);
     unsigned i = 0, k = 0;
     while (i < n && raw[i] >= mlz__g.self_lo && raw[i] < mlz__g.self_hi) i++;
     for (; i < n && k < MLZ_MAX_FRAMES; i++) pcs[k++] = raw[i];
@@ -78,6 +83,7 @@ static unsigned capture(mlz_tls *t, uint64_t *pcs)
 /* The sampled allocation: reserve, record, publish. */
 static void record_alloc(mlz_tls *t, void *p, size_t n, uint64_t ts)
 {
+    if (foreign_process()) return;
     int64_t slot = mlz_heapmap_reserve(&mlz__g.map, (uint64_t)p);
     if (slot < 0) return;                       /* map full: counted there */
     mlz_bloom_add(&mlz__g.bloom, (uint64_t)p);
@@ -126,7 +132,10 @@ static MLZ_COLD MLZ_NOINLINE void free_slow(void *p)
     t->s.in_hook = 1;
     if (enter(&mlz__g.active_free)) {
         mlz_heap_entry old;
-        if (mlz_heapmap_remove(&mlz__g.map, (uint64_t)p, &old)) {
+        /* The look-up first: a Bloom false positive costs no system call.
+         * The process check (getpid) only guards actual writes. */
+        if (mlz_heapmap_contains(&mlz__g.map, (uint64_t)p) && !foreign_process() &&
+            mlz_heapmap_remove(&mlz__g.map, (uint64_t)p, &old)) {
             /* An insert that died during birth (time 0) may not have added
              * its counts yet: taking them out could hide another sample. */
             if (old.time_ns) mlz_bloom_remove(&mlz__g.bloom, (uint64_t)p);
@@ -216,7 +225,8 @@ static void *realloc_common(void *p, size_t n, void *(*call)(void *, size_t, siz
         t->s.in_hook = 1;
         /* Stay entered until the outcome is known: the entry may go back. */
         if ((entered = enter(&mlz__g.active_free)))
-            had = mlz_heapmap_remove(&mlz__g.map, (uint64_t)p, &old);
+            had = mlz_heapmap_contains(&mlz__g.map, (uint64_t)p) && !foreign_process() &&
+                  mlz_heapmap_remove(&mlz__g.map, (uint64_t)p, &old);
         t->s.in_hook = 0;
     }
     size_t total = n * m;

@@ -126,6 +126,7 @@ int  mlz__drain_start(void);         /* opens the spool, starts the thread */
 void mlz__drain_stop(void);          /* final drain, seals the spool */
 void mlz__drain_forget(void);        /* fork child: the thread is gone */
 void mlz__drain_release(void);       /* unmaps the rings (detach, quiescent) */
+mlz_unwind_cache *mlz__unwind_cache(void);   /* this thread's, or NULL */
 void mlz__spool_note(unsigned type, const char *text, size_t len); /* written by the drain thread */
 
 #endif
