@@ -31,6 +31,6 @@ const char *cli_bytes(double bytes, char *buf, size_t len);
 /* Parses sizes like "512k", "4M", "1"; -1 on error. */
 long long cli_parse_size(const char *s);
 
-extern const mlz_command cmd_validate, cmd_dump, cmd_undump, cmd_stats, cmd_top, cmd_finalize, cmd_run;
+extern const mlz_command cmd_validate, cmd_dump, cmd_undump, cmd_stats, cmd_top, cmd_finalize, cmd_run, cmd_snapshot;
 
 #endif

@@ -23,7 +23,7 @@ static int run(int argc, char **argv)
     if (argc - optind != 1) return cli_usage_error(&cmd_finalize, "need exactly one SPOOL");
     if (!out) return cli_usage_error(&cmd_finalize, "missing -o FILE");
     char err[512];
-    if (mlz_finalize(argv[optind], out, compress, force, err, sizeof err))
+    if (mlz_finalize(argv[optind], out, "trace", compress, force, err, sizeof err))
         return cli_error("finalize", "%s", err);
     return 0;
 }

@@ -148,7 +148,7 @@ static int run(int argc, char **argv)
         long child = rest[0] == '.' ? strtol(rest + 1, NULL, 10) : 0;
         if (child > 0) snprintf(target, sizeof target, "%s.%ld.mlyze", out, child);
         else snprintf(target, sizeof target, "%s", out);
-        if (mlz_finalize(path, target, compress, 0, err, sizeof err)) {
+        if (mlz_finalize(path, target, "trace", compress, 0, err, sizeof err)) {
             cli_error("run", "%s", err);
             rc = 1;
         } else {

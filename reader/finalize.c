@@ -124,12 +124,13 @@ static uint64_t intern(json_t *dict, uint64_t *next, const char *s)
 }
 
 /* Writes the whole metadata; returns its length or 0 on overflow. */
-static size_t build_meta(fin *f, symbolizer *sym, json_t *spool_root, char *buf, size_t cap)
+static size_t build_meta(fin *f, symbolizer *sym, json_t *spool_root, const char *kind,
+                         char *buf, size_t cap)
 {
     mlz_jw w;
     mlz_jw_init(&w, buf, cap);
     mlz_jw_obj(&w, NULL);
-    mlz_jw_str(&w, "kind", "trace");
+    mlz_jw_str(&w, "kind", kind);
     static const char *copy[] = { "memlyze", "rate", "pid", "exe", "cmdline", "clock", "unwind" };
     for (size_t i = 0; i < sizeof copy / sizeof *copy; i++) {
         json_t *v = json_object_get(spool_root, copy[i]);
@@ -212,8 +213,8 @@ static size_t build_meta(fin *f, symbolizer *sym, json_t *spool_root, char *buf,
     return mlz_jw_ok(&w) == 0 ? w.len : 0;
 }
 
-int mlz_finalize(const char *spool_path, const char *out, int compress, int replace,
-                 char *err, size_t errlen)
+int mlz_finalize(const char *spool_path, const char *out, const char *kind, int compress,
+                 int replace, char *err, size_t errlen)
 {
     fin f = { 0 };
     int rc = -1;
@@ -265,7 +266,7 @@ int mlz_finalize(const char *spool_path, const char *out, int compress, int repl
         meta = malloc(cap);
         if (!meta) { ferr(err, errlen, "out of memory"); goto out; }
         /* Interning is repeatable: same strings get the same ids again. */
-        if ((ml = build_meta(&f, sym, m->root, meta, cap))) break;
+        if ((ml = build_meta(&f, sym, m->root, kind ? kind : "trace", meta, cap))) break;
         free(meta);
         meta = NULL;
         cap *= 4;

@@ -4,6 +4,8 @@
 #include "profile.h"
 #include "sampler.h"
 
+#include <jansson.h>
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,7 +46,30 @@ int prof_replay(prof *p, mlz_reader *r, uint64_t until_us, mlz_error *err)
         err->rule = MLZ_RULE_IO;
         return -1;
     }
-    for (size_t i = 0; i < p->nsites; i++) p->sites[i].stack = &p->meta->stacks[i];
+    /* Stacks with the same symbolized frames are one site for people (an
+     * unrolled loop calls malloc from several addresses of one line). */
+    p->site_of = calloc(p->nsites ? p->nsites : 1, sizeof *p->site_of);
+    json_t *seen = json_object();
+    if (!p->site_of || !seen) {
+        json_decref(seen);
+        snprintf(err->msg, sizeof err->msg, "out of memory");
+        err->rule = MLZ_RULE_IO;
+        return -1;
+    }
+    for (size_t i = 0; i < p->nsites; i++) {
+        const mlz_stack *st = &p->meta->stacks[i];
+        p->sites[i].stack = st;
+        char key[4096];
+        size_t n = 0;
+        for (uint32_t j = 0; j < st->depth && n < sizeof key - 40; j++)
+            n += (size_t)snprintf(key + n, sizeof key - n, "%u,%u,%u;", st->frames[j].func_id,
+                                  st->frames[j].file_id, st->frames[j].line);
+        key[n] = 0;
+        json_t *v = json_object_get(seen, key);
+        p->site_of[i] = v ? (uint32_t)json_integer_value(v) : (uint32_t)i;
+        if (!v) json_object_set_new(seen, key, json_integer((json_int_t)i));
+    }
+    json_decref(seen);
     p->first_us = p->last_us = mlz_reader_header(r)->start_us;
 
     mlz_event ev;
@@ -58,7 +83,7 @@ int prof_replay(prof *p, mlz_reader *r, uint64_t until_us, mlz_error *err)
         p->last_us = ev.time_us;
         if (ev.type == MLZ_EV_ALLOC) {
             const mlz_stack *st = mlz_meta_stack(p->meta, ev.stack_id);
-            uint32_t si = (uint32_t)(st - p->meta->stacks);
+            uint32_t si = p->site_of[st - p->meta->stacks];
             prof_site *s = &p->sites[si];
             double wb = mlz_weight_bytes(ev.size, p->rate), wc = mlz_weight_count(ev.size, p->rate);
             double vb = mlz_var_bytes(ev.size, p->rate), vc = mlz_var_count(ev.size, p->rate);
@@ -115,6 +140,7 @@ int prof_replay(prof *p, mlz_reader *r, uint64_t until_us, mlz_error *err)
 void prof_free(prof *p)
 {
     free(p->sites);
+    free(p->site_of);
     addrmap_free(&p->live);
     memset(p, 0, sizeof *p);
 }

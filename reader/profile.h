@@ -1,7 +1,8 @@
 /*
  * profile.h - replays a .mlyze event stream into per-site estimates.
  *
- * A site is one stack id. Each sampled allocation carries a
+ * A site is one symbolized call chain: stacks that differ only in return
+ * addresses that resolve to the same function, file and line are merged. Each sampled allocation carries a
  * Horvitz-Thompson weight from the file's sampling rate (core/sampler.h):
  * estimated bytes s/p and count 1/p with p = 1 - exp(-(s+1)/rate), and the
  * matching variances give the 95% intervals. With rate 1 (exact mode) or no
@@ -29,7 +30,8 @@ typedef struct prof_site {
 typedef struct prof {
     const mlz_meta *meta;
     uint64_t rate;            /* 1 = exact */
-    prof_site *sites;         /* parallel to meta->stacks */
+    prof_site *sites;         /* parallel to meta->stacks; only canonical ones are used */
+    uint32_t *site_of;        /* stack index -> canonical site (same symbolized frames) */
     size_t nsites;
     uint64_t count[5];        /* ALLOC, FREE, GC, MARKER, extensions */
     uint64_t enc_bytes[5];    /* encoded bytes per kind */

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# memlyze snapshot PID: the live heap read from outside while 16 threads
+# churn. In exact mode every held site must match the truth exactly (no torn
+# or lost entries), the program's output must not change, default names
+# never overwrite, and bad targets get one-line errors.
+. "$(dirname "$0")/lib.sh"
+cc -O2 -g -pthread -o "$T/holder" "$ROOT/tests/e2e/targets/holder.c" || fail "build holder"
+LIB="$B/lib/libmemlyze.so"
+
+start_holder() {   # start_holder RATE: starts it with the payload in GOT mode; sets HPID, HIN
+    mkfifo "$T/in.$1"
+    MEMLYZE_MODE=got MEMLYZE_RATE=$1 MEMLYZE_SPOOL="$T/spool.$1" LD_PRELOAD="$LIB" \
+        "$T/holder" 16 < "$T/in.$1" > "$T/out.$1" &
+    HPID=$!
+    exec {HIN}>"$T/in.$1"
+    for _ in $(seq 100); do grep -q ready "$T/out.$1" 2>/dev/null && break; sleep 0.05; done
+}
+site() {
+    python3 -c "
+import json, sys; d=json.load(open('$1'))
+print(int(round(sum(s['live_bytes'] for s in d['sites'] if s['frames'][0].startswith('$2 ')))))"
+}
+
+start_holder 1
+for n in 1 2 3; do
+    out=$("$MEMLYZE" snapshot -o "$T/snap$n.mlyze" "$HPID")
+    check "snapshot $n written while 16 threads churn" test -s "$T/snap$n.mlyze"
+    check "snapshot $n valid" "$MEMLYZE" validate "$T/snap$n.mlyze"
+    "$MEMLYZE" top --json -n 50 "$T/snap$n.mlyze" > "$T/snap$n.json"
+    for want in site_16:16000 site_4k:409600 site_64k:1310720 site_1m:4194304; do
+        check "snapshot $n: ${want%%:*} exact (${want#*:} B)" test "$(site "$T/snap$n.json" "${want%%:*}")" = "${want#*:}"
+    done
+done
+check "snapshot is of kind snapshot" bash -c "'$MEMLYZE' stats '$T/snap1.mlyze' | grep -q 'kind: *snapshot'"
+cd "$T"
+"$MEMLYZE" snapshot -q "$HPID" && "$MEMLYZE" snapshot -q "$HPID"
+check "default names count up, never overwrite" test -s "memlyze.$HPID.1.mlyze" -a -s "memlyze.$HPID.2.mlyze"
+cd - >/dev/null
+exec {HIN}>&-
+wait "$HPID"
+check "target output unchanged by snapshots" test "$(tail -1 "$T/out.1")" = "held 1124"
+
+# Sampled mode: still a valid snapshot naming the big sites.
+start_holder 65536
+"$MEMLYZE" snapshot -q -o "$T/sampled.mlyze" "$HPID"
+"$MEMLYZE" top --json -n 50 "$T/sampled.mlyze" > "$T/sampled.json"
+check "sampled snapshot names site_1m" test "$(site "$T/sampled.json" site_1m)" -gt 0
+exec {HIN}>&-
+wait "$HPID"
+
+# One-line errors.
+sleep 30 & SPID=$!
+out=$("$MEMLYZE" snapshot -o "$T/x.mlyze" "$SPID" 2>&1); rc=$?
+check "no payload: one line, exit 1" bash -c "[ $rc -eq 1 ] && [ \$(printf '%s\n' \"$out\" | wc -l) -eq 1 ] && printf '%s' \"$out\" | grep -q 'not loaded'"
+kill "$SPID"
+out=$("$MEMLYZE" snapshot -o "$T/x.mlyze" 999999999 2>&1); rc=$?
+check "no such process: exit 1" bash -c "[ $rc -eq 1 ] && printf '%s' \"$out\" | grep -q 'no process'"
+check "bad pid: usage error" bash -c "'$MEMLYZE' snapshot abc 2>/dev/null; [ \$? -eq 2 ]"
+check "no partial file left behind" bash -c "! test -e '$T/x.mlyze'"
+finish
