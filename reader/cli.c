@@ -93,3 +93,15 @@ long long cli_parse_size(const char *s)
     if (*end || v > (unsigned long long)(1ll << 62) / mul) return -1;
     return (long long)(v * mul);
 }
+
+int cli_parse_time(const char *s, uint64_t start_us, uint64_t *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || v < 0) return -1;
+    /* Anything past 10^12 reads as microseconds since the epoch (1970 + 11 days). */
+    if (v >= 1e12) *out = (uint64_t)v;
+    else *out = start_us + (uint64_t)(v * 1e6 + 0.5);
+    return 0;
+}

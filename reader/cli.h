@@ -28,9 +28,12 @@ mlz_reader *cli_open(const char *cmd, const char *path, unsigned flags);
 void cli_print_format_error(const char *cmd, const char *path, const mlz_error *e);
 /* Human-readable bytes: "1.5 MiB". */
 const char *cli_bytes(double bytes, char *buf, size_t len);
+/* A point in a recording: seconds since its start ("12.5") or an absolute
+ * time in microseconds since the epoch (large numbers). 0 or -1. */
+int  cli_parse_time(const char *s, uint64_t start_us, uint64_t *out);
 /* Parses sizes like "512k", "4M", "1"; -1 on error. */
 long long cli_parse_size(const char *s);
 
-extern const mlz_command cmd_validate, cmd_dump, cmd_undump, cmd_stats, cmd_top, cmd_finalize, cmd_run, cmd_snapshot;
+extern const mlz_command cmd_validate, cmd_dump, cmd_undump, cmd_stats, cmd_top, cmd_finalize, cmd_run, cmd_snapshot, cmd_diff, cmd_tree, cmd_leaks, cmd_temporary;
 
 #endif

@@ -28,26 +28,15 @@ static int cmp_site(const void *a, const void *b)
     return x < y ? 1 : x > y ? -1 : 0;
 }
 
-/* "func (file:line)", or the module and offset when the frame is unresolved. */
-static void fmt_frame(const mlz_meta *m, const mlz_frame *f, char *buf, size_t len)
-{
-    const char *fn = mlz_meta_function(m, f->func_id), *file = mlz_meta_file(m, f->file_id);
-    const char *base = file ? strrchr(file, '/') : NULL;
-    base = base ? base + 1 : file;
-    if (base && *base && f->line)
-        snprintf(buf, len, "%s (%s:%u)%s", fn ? fn : "??", base, f->line, f->inlined ? " [inlined]" : "");
-    else
-        snprintf(buf, len, "%s%s", fn ? fn : "??", f->inlined ? " [inlined]" : "");
-}
-
 static int run(int argc, char **argv)
 {
     long n = 10, frames = 4;
     int c, as_json = 0;
+    const char *at = NULL;
     g_by = BY_LIVE;
     static const struct option opts[] = {
         { "by", required_argument, 0, 'b' }, { "frames", required_argument, 0, 'f' },
-        { "json", no_argument, 0, 'j' }, { 0, 0, 0, 0 } };
+        { "json", no_argument, 0, 'j' }, { "at", required_argument, 0, 'a' }, { 0, 0, 0, 0 } };
     while ((c = getopt_long(argc, argv, "n:", opts, NULL)) != -1) {
         char *end;
         switch (c) {
@@ -61,6 +50,9 @@ static int run(int argc, char **argv)
             break;
         case 'j':
             as_json = 1;
+            break;
+        case 'a':
+            at = optarg;
             break;
         case 'b':
             if (!strcmp(optarg, "live")) g_by = BY_LIVE;
@@ -79,7 +71,12 @@ static int run(int argc, char **argv)
     if (!r) return 1;
     prof p;
     mlz_error e = { 0 };
-    if (prof_replay(&p, r, UINT64_MAX, &e)) {
+    uint64_t until = UINT64_MAX;
+    if (at && cli_parse_time(at, mlz_reader_header(r)->start_us, &until)) {
+        mlz_reader_close(r);
+        return cli_usage_error(&cmd_top, "--at takes seconds since the start or an absolute time in microseconds");
+    }
+    if (prof_replay(&p, r, until, &e)) {
         cli_print_format_error("top", path, &e);
         prof_free(&p);
         mlz_reader_close(r);
@@ -124,7 +121,7 @@ static int run(int argc, char **argv)
             json_object_set_new(o, "samples", json_integer((json_int_t)s->samples));
             json_object_set_new(o, "share", json_real(total > 0 ? key_of(s) / total : 0));
             for (uint32_t j = 0; j < s->stack->depth && j < (uint32_t)frames; j++) {
-                fmt_frame(p.meta, &s->stack->frames[j], fr, sizeof fr);
+                prof_frame_name(p.meta, &s->stack->frames[j], fr, sizeof fr);
                 json_array_append_new(fa, json_string(fr));
             }
             json_object_set_new(o, "frames", fa);
@@ -168,13 +165,13 @@ static int run(int argc, char **argv)
         if (g_by == BY_COUNT) cli_bytes(s->alloc_bytes.value, other, sizeof other);
         else snprintf(other, sizeof other, "%.0f", g_by == BY_ALLOCATED ? s->alloc_count.value : s->live_count.value);
         const mlz_stack *st = s->stack;
-        if (st->depth) fmt_frame(p.meta, &st->frames[0], fr, sizeof fr);
+        if (st->depth) prof_frame_name(p.meta, &st->frames[0], fr, sizeof fr);
         else snprintf(fr, sizeof fr, "(no frames)");
         /* The +1 accounts for the 2-byte UTF-8 plus-minus sign in cell. */
         printf("%4zu  %-*s %5.1f%%  %9s  %7llu  %s\n", i + 1, 28 + (ci[0] ? 1 : 0), cell,
                total > 0 ? 100.0 * key_of(s) / total : 0.0, other, (unsigned long long)s->samples, fr);
         for (uint32_t j = 1; j < st->depth && j < (uint32_t)frames; j++) {
-            fmt_frame(p.meta, &st->frames[j], fr, sizeof fr);
+            prof_frame_name(p.meta, &st->frames[j], fr, sizeof fr);
             printf("%4s  %-28s %6s  %9s  %7s    <- %s\n", "", "", "", "", "", fr);
         }
     }
@@ -187,7 +184,7 @@ static int run(int argc, char **argv)
 
 const mlz_command cmd_top = {
     "top", run, "allocation sites ranked by estimated bytes",
-    "usage: memlyze top [-n N] [--by live|peak|allocated|count] [--frames N] [--json] FILE\n"
+    "usage: memlyze top [-n N] [--by live|peak|allocated|count] [--frames N] [--at TIME] [--json] FILE\n"
     "\n"
     "Ranks allocation sites (stacks) by estimated live bytes at the end of FILE,\n"
     "or by their own peak of live bytes, by bytes allocated over the whole\n"
@@ -196,5 +193,7 @@ const mlz_command cmd_top = {
     "  -n N          show N sites (default 10)\n"
     "  --by KEY      live (default), peak, allocated or count\n"
     "  --frames N    frames shown per site (default 4)\n"
+    "  --at TIME     the live heap at TIME: seconds since the start (e.g. 12.5)\n"
+    "                or an absolute time in microseconds since the epoch\n"
     "  --json        the same as a JSON document\n",
 };

@@ -31,6 +31,31 @@ static int kind_of(int type)
 
 int prof_replay(prof *p, mlz_reader *r, uint64_t until_us, mlz_error *err)
 {
+    prof_opts o = { 0, until_us, 0, UINT64_MAX };
+    return prof_replay_opts(p, r, &o, err);
+}
+
+static void site_add_w(est *b, est *c, uint64_t size, uint64_t rate, int sign)
+{
+    double wb = mlz_weight_bytes(size, rate), wc = mlz_weight_count(size, rate);
+    double vb = mlz_var_bytes(size, rate), vc = mlz_var_count(size, rate);
+    if (sign > 0) { add(b, wb, vb); add(c, wc, vc); }
+    else { sub(b, wb, vb); sub(c, wc, vc); }
+}
+
+/* Objects still live at the end that are older than age_us. */
+typedef struct { prof *p; uint64_t before; } old_ctx;
+static void count_old(const addr_obj *o, void *arg)
+{
+    old_ctx *c = arg;
+    if (o->time_us > c->before) return;
+    prof_site *s = &c->p->sites[o->site];
+    site_add_w(&s->old_bytes, &s->old_count, o->size, c->p->rate, 1);
+}
+
+int prof_replay_opts(prof *p, mlz_reader *r, const prof_opts *opt, mlz_error *err)
+{
+    uint64_t until_us = opt->until_us;
     memset(p, 0, sizeof *p);
     p->meta = mlz_reader_meta(r);
     if (p->meta->kind && !strcmp(p->meta->kind, "spool")) {
@@ -76,6 +101,9 @@ int prof_replay(prof *p, mlz_reader *r, uint64_t until_us, mlz_error *err)
     int rc;
     while ((rc = mlz_reader_next(r, &ev, err)) == 1) {
         if (ev.time_us > until_us) break;
+        /* Before the window: only the live set is built (what was allocated
+         * earlier and is freed inside the window must still be matched). */
+        int in_window = ev.time_us >= opt->from_us;
         int k = kind_of(ev.type);
         p->count[k]++;
         p->enc_bytes[k] += ev.enc_len;
@@ -105,11 +133,13 @@ int prof_replay(prof *p, mlz_reader *r, uint64_t until_us, mlz_error *err)
                 p->live_samples--;
                 p->replaced_allocs++;
             }
-            s->samples++;
             s->live_samples++;
             p->live_samples++;
-            add(&s->alloc_bytes, wb, vb);
-            add(&s->alloc_count, wc, vc);
+            if (in_window) {
+                s->samples++;
+                add(&s->alloc_bytes, wb, vb);
+                add(&s->alloc_count, wc, vc);
+            }
             add(&s->live_bytes, wb, vb);
             add(&s->live_count, wc, vc);
             add(&p->live_bytes, wb, vb);
@@ -125,6 +155,8 @@ int prof_replay(prof *p, mlz_reader *r, uint64_t until_us, mlz_error *err)
             prof_site *s = &p->sites[o.site];
             double wb = mlz_weight_bytes(o.size, p->rate), wc = mlz_weight_count(o.size, p->rate);
             double vb = mlz_var_bytes(o.size, p->rate), vc = mlz_var_count(o.size, p->rate);
+            if (in_window && ev.time_us - o.time_us <= opt->temp_us)
+                site_add_w(&s->temp_bytes, &s->temp_count, o.size, p->rate, 1);
             sub(&s->live_bytes, wb, vb);
             sub(&s->live_count, wc, vc);
             sub(&p->live_bytes, wb, vb);
@@ -134,7 +166,37 @@ int prof_replay(prof *p, mlz_reader *r, uint64_t until_us, mlz_error *err)
             if (--p->live_samples == 0) p->live_bytes = p->live_count = (est){ 0, 0 };
         }
     }
-    return rc < 0 ? -1 : 0;
+    if (rc < 0) return -1;
+    if (opt->age_us != UINT64_MAX) {
+        old_ctx c = { p, p->last_us > opt->age_us ? p->last_us - opt->age_us : 0 };
+        if (p->last_us > opt->age_us) addrmap_each(&p->live, count_old, &c);
+    }
+    return 0;
+}
+
+void prof_frame_name(const mlz_meta *m, const mlz_frame *f, char *buf, size_t len)
+{
+    const char *fn = mlz_meta_function(m, f->func_id), *file = mlz_meta_file(m, f->file_id);
+    const char *base = file ? strrchr(file, '/') : NULL;
+    base = base ? base + 1 : file;
+    if (base && *base && f->line)
+        snprintf(buf, len, "%s (%s:%u)%s", fn ? fn : "??", base, f->line, f->inlined ? " [inlined]" : "");
+    else
+        snprintf(buf, len, "%s%s", fn ? fn : "??", f->inlined ? " [inlined]" : "");
+}
+
+size_t prof_site_key(const mlz_meta *m, const mlz_stack *st, char *buf, size_t len)
+{
+    size_t n = 0;
+    buf[0] = 0;
+    for (uint32_t j = 0; j < st->depth && n + 1 < len; j++) {
+        const char *fn = mlz_meta_function(m, st->frames[j].func_id);
+        const char *file = mlz_meta_file(m, st->frames[j].file_id);
+        int k = snprintf(buf + n, len - n, "%s|%s|%u;", fn ? fn : "", file ? file : "", st->frames[j].line);
+        if (k < 0 || (size_t)k >= len - n) break;
+        n += (size_t)k;
+    }
+    return n;
 }
 
 void prof_free(prof *p)

@@ -25,7 +25,16 @@ typedef struct prof_site {
     est alloc_bytes, alloc_count, live_bytes, live_count;
     double peak_bytes;        /* the site's own highest live estimate */
     uint64_t peak_us;
+    est temp_bytes, temp_count;   /* freed within opts.temp_us of their birth */
+    est old_bytes, old_count;     /* live at the end and older than opts.age_us */
 } prof_site;
+
+typedef struct prof_opts {
+    uint64_t from_us;         /* events before this only build the live set */
+    uint64_t until_us;        /* stop after this time (UINT64_MAX: the end) */
+    uint64_t temp_us;         /* lifetime up to which a block is "temporary" */
+    uint64_t age_us;          /* age from which a live block counts as old */
+} prof_opts;
 
 typedef struct prof {
     const mlz_meta *meta;
@@ -47,6 +56,12 @@ typedef struct prof {
 /* Replays r's events up to and including time until_us (UINT64_MAX: all).
  * 0 on success, -1 with *err (a format error or out of memory). */
 int  prof_replay(prof *p, mlz_reader *r, uint64_t until_us, mlz_error *err);
+int  prof_replay_opts(prof *p, mlz_reader *r, const prof_opts *o, mlz_error *err);
+/* "func|file|line;..." of a site's frames: the identity of a site across
+ * files (diff), independent of ids and addresses. Returns the length. */
+size_t prof_site_key(const mlz_meta *m, const mlz_stack *st, char *buf, size_t len);
+/* "func (file:line)" of one frame. */
+void prof_frame_name(const mlz_meta *m, const mlz_frame *f, char *buf, size_t len);
 void prof_free(prof *p);
 double est_ci95(const est *e);   /* half-width of the 95% interval */
 
