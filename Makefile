@@ -48,7 +48,7 @@ MEMLYZE   := $(O)/bin/memlyze
 LIBS      := $(LIBGOT) $(LIBCORE) $(LIBFORMAT)
 
 .PHONY: all test asan tsan-bins unit-bins fuzz deps install clean bench
-all: $(MEMLYZE) $(PAYLOAD) $(UNIT_BIN) $(BENCH_BIN)
+all: $(MEMLYZE) $(O)/bin/memlyze-snapshot $(PAYLOAD) $(UNIT_BIN) $(BENCH_BIN)
 
 $(O)/%.o: %.c
 	@mkdir -p $(@D)
@@ -80,6 +80,10 @@ $(O)/lib/libmemlyze-preload.so: $(PAYLOAD_OBJ) $(LIBGOT) $(LIBCORE) $(LIBFORMAT)
 $(MEMLYZE): $(READER_OBJ) $(LIBS)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $(READER_OBJ) $(LIBS) $(SYSLIBS)
+
+# memlyze-snapshot is memlyze itself: it looks at the name it was run by.
+$(O)/bin/memlyze-snapshot: $(MEMLYZE)
+	ln -sf memlyze $@
 
 $(O)/tests/%: $(O)/tests/unit/%.o $(LIBS)
 	@mkdir -p $(@D)
@@ -118,8 +122,13 @@ fuzz: $(FUZZ_BIN) $(MEMLYZE)
 	$(FUZZ_BIN) -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -timeout=10 -print_final_stats=1 \
 	    build/fuzz/corpus build/fuzz/seeds
 
+# Each prints its figures against a baseline measured in the same run.
 bench: all
 	$(O)/bench/bench_format
+	$(O)/bench/bench_unwind
+	$(O)/bench/bench_gotpatch
+	bench/bench_payload.sh
+	bench/bench_snapshot.sh
 
 deps:
 	@tests/install-deps.sh
@@ -127,6 +136,7 @@ deps:
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/memlyze $(DESTDIR)$(PREFIX)/share/man/man1
 	install -m 755 $(MEMLYZE) $(DESTDIR)$(PREFIX)/bin/memlyze
+	ln -sf memlyze $(DESTDIR)$(PREFIX)/bin/memlyze-snapshot
 	$(if $(PAYLOAD),install -m 755 $(PAYLOAD) $(DESTDIR)$(PREFIX)/lib/memlyze/libmemlyze.so)
 	install -m 644 docs/memlyze.1 $(DESTDIR)$(PREFIX)/share/man/man1/memlyze.1
 

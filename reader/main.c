@@ -22,6 +22,15 @@ static void usage(FILE *out)
 
 int main(int argc, char **argv)
 {
+    /* Installed as memlyze-snapshot too (a link): argv[0] names the command. */
+    const char *self = strrchr(argv[0], '/');
+    self = self ? self + 1 : argv[0];
+    if (!strncmp(self, "memlyze-", 8))
+        for (size_t i = 0; i < NCOMMANDS; i++)
+            if (!strcmp(commands[i]->name, self + 8)) {
+                if (cli_wants_help(commands[i], argc, argv)) return 0;
+                return commands[i]->run(argc, argv);
+            }
     if (argc < 2) {
         usage(stderr);
         return 2;
