@@ -47,7 +47,7 @@ PAYLOAD   := $(if $(PAYLOAD_OBJ),$(O)/lib/libmemlyze.so $(O)/lib/libmemlyze-prel
 MEMLYZE   := $(O)/bin/memlyze
 LIBS      := $(LIBGOT) $(LIBCORE) $(LIBFORMAT)
 
-.PHONY: all test asan tsan-bins unit-bins fuzz deps install clean bench
+.PHONY: all test asan tsan-bins unit-bins fuzz deps install clean bench demo
 all: $(MEMLYZE) $(O)/bin/memlyze-snapshot $(PAYLOAD) $(UNIT_BIN) $(BENCH_BIN)
 
 $(O)/%.o: %.c
@@ -132,6 +132,11 @@ bench: all
 
 deps:
 	@tests/install-deps.sh
+
+# The README's first command: install, build, attach to a leaking server.
+demo: deps
+	@$(MAKE) --no-print-directory all
+	@demo/demo.sh
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/memlyze $(DESTDIR)$(PREFIX)/share/man/man1

@@ -14,6 +14,7 @@
  * if anything we call allocates, that allocation passes straight through.
  */
 #include "payload.h"
+#include "modtab.h"
 
 #include <errno.h>
 #include <stdint.h>
@@ -75,6 +76,9 @@ static unsigned capture(mlz_tls *t, uint64_t *pcs)
     else
         n = mlz_unwind_dwarf_bounded(raw, MLZ_MAX_FRAMES + 8, 0, hi);
     unsigned i = 0, k = 0;
+    /* A walk that ran off the known code ends in addresses of no module
+     * (a stale return address read as a frame): those are not frames. */
+    while (n > 0 && !mlz_modtab_find(raw[n - 1])) n--;
     while (i < n && raw[i] >= mlz__g.self_lo && raw[i] < mlz__g.self_hi) i++;
     for (; i < n && k < MLZ_MAX_FRAMES; i++) pcs[k++] = raw[i];
     return k;
