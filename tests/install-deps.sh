@@ -13,6 +13,8 @@ pkgs=(
   clang libclang-rt-14-dev  # libFuzzer and sanitizer runtimes for the fuzzer
   gdb               # debugger integration tests
   python3
+  redis-server redis-tools  # attach/snapshot tests against a real server under load
+  bc                # benchmark scripts
 )
 missing=()
 for p in "${pkgs[@]}"; do
