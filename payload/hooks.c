@@ -173,9 +173,20 @@ void *mlz_hook_malloc(size_t n)
     ALLOC_HOOK(mlz__g.real.malloc(n), n);
 }
 
-void mlz_hook_free(void *p)
+/* Both ways out are tail calls, so the hook needs no stack frame of its own;
+ * nothing unwinds through it (only allocations record stacks). */
+static MLZ_COLD MLZ_NOINLINE void free_slow_then_free(void *p)
 {
-    if (p && mlz_unlikely(mlz_bloom_maybe(&mlz__g.bloom, (uint64_t)p))) free_slow(p);
+    free_slow(p);
+    mlz__g.real.free(p);
+}
+
+__attribute__((optimize("omit-frame-pointer"))) void mlz_hook_free(void *p)
+{
+    if (p && mlz_unlikely(mlz_bloom_maybe(&mlz__g.bloom, (uint64_t)p))) {
+        free_slow_then_free(p);
+        return;
+    }
     mlz__g.real.free(p);
 }
 
