@@ -36,6 +36,7 @@ CORE_OBJ   := $(patsubst %.c,$(O)/%.o,$(wildcard core/*.c))
 GOT_OBJ    := $(patsubst %.c,$(O)/%.o,$(wildcard gotpatch/*.c))
 PAYLOAD_OBJ:= $(patsubst %.c,$(O)/%.o,$(wildcard payload/*.c))
 READER_OBJ := $(patsubst %.c,$(O)/%.o,$(wildcard reader/*.c))
+INJ_OBJ    := $(patsubst %.c,$(O)/%.o,$(filter-out %_main.c,$(wildcard injector/*.c)))
 UNIT_SRC   := $(wildcard tests/unit/test_*.c)
 UNIT_BIN   := $(patsubst tests/unit/%.c,$(O)/tests/%,$(UNIT_SRC))
 BENCH_BIN  := $(patsubst bench/%.c,$(O)/bench/%,$(wildcard bench/*.c))
@@ -45,10 +46,12 @@ LIBCORE   := $(O)/libmlzcore.a
 LIBGOT    := $(O)/libmlzgot.a
 PAYLOAD   := $(if $(PAYLOAD_OBJ),$(O)/lib/libmemlyze.so $(O)/lib/libmemlyze-preload.so)
 MEMLYZE   := $(O)/bin/memlyze
+ATTACH    := $(O)/bin/memlyze-attach
+DETACH    := $(O)/bin/memlyze-detach
 LIBS      := $(LIBGOT) $(LIBCORE) $(LIBFORMAT)
 
 .PHONY: all test asan tsan-bins unit-bins fuzz deps install clean bench demo
-all: $(MEMLYZE) $(O)/bin/memlyze-snapshot $(PAYLOAD) $(UNIT_BIN) $(BENCH_BIN)
+all: $(MEMLYZE) $(O)/bin/memlyze-snapshot $(PAYLOAD) $(ATTACH) $(DETACH) $(UNIT_BIN) $(BENCH_BIN)
 
 $(O)/%.o: %.c
 	@mkdir -p $(@D)
@@ -81,6 +84,16 @@ $(MEMLYZE): $(READER_OBJ) $(LIBS)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $(READER_OBJ) $(LIBS) $(SYSLIBS)
 
+# The injector runs outside the target: libelf reads the target's libc,
+# libdw unwinds its stopped threads.
+$(ATTACH): $(O)/injector/attach_main.o $(INJ_OBJ)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $^ -ldw -lelf
+
+$(DETACH): $(O)/injector/detach_main.o $(INJ_OBJ)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $^ -ldw -lelf
+
 # memlyze-snapshot is memlyze itself: it looks at the name it was run by.
 $(O)/bin/memlyze-snapshot: $(MEMLYZE)
 	ln -sf memlyze $@
@@ -93,7 +106,7 @@ $(O)/bench/%: $(O)/bench/%.o $(LIBS)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $< $(LIBS) $(SYSLIBS)
 
-unit-bins: $(UNIT_BIN) $(MEMLYZE)
+unit-bins: $(UNIT_BIN) $(MEMLYZE) $(ATTACH) $(DETACH)
 
 # Lock-free structures get a ThreadSanitizer build of their own tests.
 TSAN_TESTS := $(patsubst tests/unit/%.c,%,$(wildcard tests/unit/test_lf_*.c))
@@ -129,6 +142,7 @@ bench: all
 	$(O)/bench/bench_gotpatch
 	bench/bench_payload.sh
 	bench/bench_snapshot.sh
+	bench/bench_attach.sh
 
 deps:
 	@tests/install-deps.sh
@@ -142,6 +156,7 @@ install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/memlyze $(DESTDIR)$(PREFIX)/share/man/man1
 	install -m 755 $(MEMLYZE) $(DESTDIR)$(PREFIX)/bin/memlyze
 	ln -sf memlyze $(DESTDIR)$(PREFIX)/bin/memlyze-snapshot
+	install -m 755 $(ATTACH) $(DETACH) $(DESTDIR)$(PREFIX)/bin/
 	$(if $(PAYLOAD),install -m 755 $(PAYLOAD) $(DESTDIR)$(PREFIX)/lib/memlyze/libmemlyze.so)
 	install -m 644 docs/memlyze.1 $(DESTDIR)$(PREFIX)/share/man/man1/memlyze.1
 

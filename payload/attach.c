@@ -22,6 +22,7 @@
 #include "mlz_format.h"
 
 #include <dlfcn.h>
+#include <pthread.h>
 #include <errno.h>
 #include <limits.h>
 #include <stdlib.h>
@@ -133,6 +134,10 @@ static int got_attach(void)
     if (!got_ready) {
         int e = mlz_got_init(hooks, NHOOKS);
         if (e) return -ENOSYS;
+        /* A child forked while attached must not write into the parent's
+         * spool: control.c's handler disables it (or, with follow-fork,
+         * gives it its own). Registered once: handlers cannot be removed. */
+        pthread_atfork(NULL, NULL, mlz__atfork_child);
         got_ready = 1;
     }
     mlz_real_fns r = {

@@ -62,7 +62,7 @@ void mlz__shutdown(void)
 /* fork: the child gets its own spool (MEMLYZE_FOLLOW_FORK=1) or runs with
  * the profiler off. The parent's samples copied into the child are dropped
  * from tracking either way (the child's map starts over). */
-static void atfork_child(void)
+void mlz__atfork_child(void)
 {
     int was_active = atomic_load(&mlz__g.active_alloc);
     atomic_store(&mlz__g.active_alloc, 0);
@@ -96,7 +96,7 @@ __attribute__((constructor)) static void payload_load(void)
 {
     if (!&mlz__preload_build) return;
     mlz__config_from_env();
-    pthread_atfork(NULL, NULL, atfork_child);
+    pthread_atfork(NULL, NULL, mlz__atfork_child);
     mlz__start();
 }
 

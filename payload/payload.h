@@ -119,6 +119,7 @@ int memlyze_detach(void);
 int  mlz__start(void);
 void mlz__stop(void);
 void mlz__shutdown(void);
+void mlz__atfork_child(void);        /* pthread_atfork child handler */
 
 /* events.c */
 void mlz__push(uint8_t type, uint64_t ts_ns, uint64_t addr, uint64_t size, uint32_t stack_id);

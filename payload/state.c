@@ -161,5 +161,6 @@ void mlz__release(void)
     mlz_heapmap_destroy(&mlz__g.map);
     mlz_stacktab_destroy(&mlz__g.stacks);
     mlz__drain_release();
+    mlz_modtab_release_all();    /* read only by sample paths and the drain */
     mlz__g.ready = 0;
 }

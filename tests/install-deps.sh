@@ -15,6 +15,7 @@ pkgs=(
   python3
   redis-server redis-tools  # attach/snapshot tests against a real server under load
   bc                # benchmark scripts
+  strace            # the injector test that refuses an already-traced process
 )
 missing=()
 for p in "${pkgs[@]}"; do

@@ -1,0 +1,176 @@
+/*
+ * attach_main.c - memlyze-attach [options] PID: start profiling a running
+ * process, no restart, no debugger.
+ */
+#include "injector.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#define EALREADY_CODE (-114)           /* memlyze_attach: already attached */
+
+static const char usage[] =
+    "usage: memlyze-attach [-r BYTES] [-o FILE] [--unwind fp|dwarf] [-v|-q] PID\n"
+    "\n"
+    "Loads the memlyze profiler into the running process PID (ptrace, no gdb)\n"
+    "and starts sampling its allocations; `memlyze-detach PID` stops it and\n"
+    "writes the trace. The process is paused only while it is being set up.\n"
+    "  -r, --rate BYTES      mean bytes between samples (default 512k; 1 = every allocation)\n"
+    "  -o, --output FILE     the trace detach writes (default memlyze.PID.mlyze here)\n"
+    "      --unwind fp|dwarf stack unwinder in the target (default dwarf: also walks code\n"
+    "                        built without frame pointers)\n"
+    "      --timeout MS      give up waiting for a safe point after MS (default 5000)\n"
+    "      --payload FILE    the library to load (default: next to this program)\n"
+    "      --allow-seccomp   try even if the target runs under a seccomp filter\n"
+    "      --hold MS         keep the other threads stopped at most MS while loading (default 15)\n"
+    "      --thread TID      borrow this thread only (tests, debugging)\n"
+    "  -v, --verbose         say what is done; -q: print nothing on success\n"
+    "  -h, --help            this text\n";
+
+static int die_usage(const char *msg)
+{
+    fprintf(stderr, "memlyze-attach: %s\n%s", msg, usage);
+    return 2;
+}
+
+static int parse_bytes(const char *s, unsigned long long *v)
+{
+    char *end;
+    errno = 0;
+    unsigned long long x = strtoull(s, &end, 10);
+    if (errno || end == s) return -1;
+    if (*end == 'k' || *end == 'K') { x <<= 10; end++; }
+    else if (*end == 'm' || *end == 'M') { x <<= 20; end++; }
+    if (*end || x == 0) return -1;
+    *v = x;
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    unsigned long long rate = 512 * 1024;
+    const char *output = NULL, *unwind = "dwarf";
+    char payload[PATH_MAX] = "";
+    pid_t want_tid = 0;
+    int hold_ms = 15;
+    int quiet = 0, timeout_ms = 5000, flags = 0, c;
+    enum { O_UNWIND = 256, O_TIMEOUT, O_PAYLOAD, O_SECCOMP, O_THREAD, O_HOLD };
+    static const struct option opts[] = {
+        { "rate", required_argument, 0, 'r' }, { "output", required_argument, 0, 'o' },
+        { "unwind", required_argument, 0, O_UNWIND }, { "timeout", required_argument, 0, O_TIMEOUT },
+        { "payload", required_argument, 0, O_PAYLOAD }, { "allow-seccomp", no_argument, 0, O_SECCOMP },
+        { "thread", required_argument, 0, O_THREAD }, { "hold", required_argument, 0, O_HOLD }, { "verbose", no_argument, 0, 'v' }, { "quiet", no_argument, 0, 'q' }, { "help", no_argument, 0, 'h' },
+        { 0, 0, 0, 0 } };
+    while ((c = getopt_long(argc, argv, "r:o:vqh", opts, NULL)) != -1) {
+        switch (c) {
+        case 'r': if (parse_bytes(optarg, &rate)) return die_usage("bad --rate"); break;
+        case 'o': output = optarg; break;
+        case O_UNWIND:
+            if (strcmp(optarg, "fp") && strcmp(optarg, "dwarf")) return die_usage("--unwind is fp or dwarf");
+            unwind = optarg;
+            break;
+        case O_TIMEOUT: timeout_ms = atoi(optarg); if (timeout_ms <= 0) return die_usage("bad --timeout"); break;
+        case O_PAYLOAD: snprintf(payload, sizeof payload, "%s", optarg); break;
+        case O_SECCOMP: flags |= MLZ_PRE_ALLOW_SECCOMP; break;
+        case O_THREAD: want_tid = atoi(optarg); break;
+        case O_HOLD: hold_ms = atoi(optarg); if (hold_ms < 0) return die_usage("bad --hold"); break;
+        case 'v': mlz__verbose++; break;
+        case 'q': quiet = 1; break;
+        case 'h': fputs(usage, stdout); return 0;
+        default: return die_usage("bad option");
+        }
+    }
+    if (argc - optind != 1) return die_usage("need exactly one PID");
+    /* A busy target's threads compete with us for the CPU, before the
+     * window too (best effort: needs CAP_SYS_NICE). */
+    if (setpriority(PRIO_PROCESS, 0, -20)) {}
+    char *end;
+    long lp = strtol(argv[optind], &end, 10);
+    if (*end || lp <= 0 || lp > INT_MAX) return die_usage("PID must be a process id");
+    pid_t pid = (pid_t)lp;
+
+    mlz_target t;
+    mlz_state st;
+    mlz_session s;
+    mlz_loaded l;
+    int rc, ret = 0, in_session = 0;
+    memset(&st, 0, sizeof st);
+    memset(&l, 0, sizeof l);
+
+    mlz__note("start");
+    if ((rc = mlz__preflight(pid, flags, &t))) goto fail;
+    if (!payload[0] && mlz__default_payload(payload, sizeof payload)) {
+        mlz__err("cannot locate libmemlyze.so: use --payload");
+        rc = MLZ_INJ_EIO;
+        goto fail;
+    }
+    if (!t.payload_mapped && (rc = mlz__check_payload_file(payload))) goto fail;
+
+    /* The output is named relative to where we were run, not the target. */
+    char dflt[64];
+    snprintf(dflt, sizeof dflt, "memlyze.%d.mlyze", (int)pid);
+    if ((rc = mlz__abspath(output ? output : dflt, st.output, sizeof st.output))) goto fail;
+    if (access(st.output, F_OK) == 0) {
+        mlz__err("%s exists: detach would not replace it (choose another -o)", st.output);
+        rc = MLZ_INJ_EREFUSE;
+        goto fail;
+    }
+    if ((rc = mlz__state_prepare(pid, t.uid, &st))) goto fail;
+    st.rate = rate;
+
+    uint64_t t0 = mlz__now_us();
+    if ((rc = mlz__session_begin(&s, pid, want_tid, timeout_ms, hold_ms))) { in_session = 1; goto fail; }
+    in_session = 1;
+    mlz__note("borrowing thread %d", (int)s.r.tid);
+
+    if ((rc = mlz__remote_prepare(&s.r))) goto fail;
+    mlz__note("scratch mapped at 0x%llx", (unsigned long long)s.r.scratch);
+    if ((rc = mlz__load_payload(&s.r, payload, &l))) goto fail;
+    mlz__note("payload %s (%s)", l.reused ? "already mapped: reused" : "loaded from a memfd", l.name[0] ? l.name : "-");
+
+    /* Written before the start: a detach after we die must find the spool. */
+    if ((rc = mlz__state_write(pid, &st))) goto fail;
+    char config[8400];
+    snprintf(config, sizeof config, "rate=%llu;spool=%s;unwind=%s", rate, st.spool, unwind);
+    rc = mlz__call_entry(&s.r, l.fn_attach, config, &ret, timeout_ms * 4);
+    if (rc) goto fail;
+    if (ret < 0) {
+        char msg[256];
+        mlz__payload_strerror(&s.r, &l, ret, msg, sizeof msg);
+        if (ret == EALREADY_CODE) mlz__err("process %d (%s) is already attached: run memlyze-detach %d first",
+                                           (int)pid, t.comm, (int)pid);
+        else mlz__err("the payload could not start in %d: %s", (int)pid, msg);
+        rc = MLZ_INJ_ESTATE;
+        goto fail;
+    }
+    mlz__note("memlyze_attach returned %d", ret);
+    int modules, slots;
+    mlz__payload_stats(&s.r, &l, &modules, &slots);
+    if ((rc = mlz__state_commit(&st))) goto fail;
+    rc = mlz__session_end(&s);
+    in_session = 0;
+    if (rc) {
+        mlz__err("attached, but a thread of %d could not be restored", (int)pid);
+        goto fail2;
+    }
+    uint64_t total = mlz__now_us() - t0;
+    if (!quiet)
+        printf("memlyze: attached to %d (%s): %d modules, %d slots patched (payload %s), rate %llu B%s, "
+               "output %s, target paused %.2f ms (thread %d lent %.2f ms, total %.2f ms)\n",
+               (int)pid, t.comm, modules, slots, l.reused ? "reused" : "loaded", rate, rate == 1 ? " (exact)" : "", st.output,
+               s.pause_all_us / 1000.0, (int)s.r.tid, s.lend_us / 1000.0, total / 1000.0);
+    return 0;
+
+fail:
+    if (in_session) mlz__session_end(&s);
+    if (st.dir_ours[0]) mlz__state_abort(&st);
+fail2:
+    fprintf(stderr, "memlyze-attach: %s\n", mlz__errmsg()[0] ? mlz__errmsg() : "failed");
+    return 1;
+}

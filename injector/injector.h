@@ -1,0 +1,255 @@
+/*
+ * injector.h - what the files of memlyze-attach / memlyze-detach share.
+ *
+ * The injector stops a running process with ptrace, borrows one of its
+ * threads at a safe point, makes it map a scratch page, load the payload
+ * from a memfd with the target's own dlopen and call the payload's entry
+ * points, then puts the thread back exactly as it was. Nothing here runs
+ * inside the target: every step is a ptrace request or a remote call.
+ *
+ * Errors: functions return 0 or a negative MLZ_INJ_E* code and record one
+ * line naming the cause with mlz__err(); the first recorded cause wins, so a
+ * cleanup failure never hides the root cause.
+ */
+#ifndef MLZ_INJECTOR_H
+#define MLZ_INJECTOR_H
+
+#include <signal.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <sys/user.h>
+
+enum {
+    MLZ_INJ_OK = 0,
+    MLZ_INJ_EPERM = -1,      /* ptrace not allowed */
+    MLZ_INJ_ESRCH = -2,      /* no such process, or it exited */
+    MLZ_INJ_EREFUSE = -3,    /* preflight refused the target */
+    MLZ_INJ_ETIMEOUT = -4,   /* the target did not reach a stop / safe point in time */
+    MLZ_INJ_EREMOTE = -5,    /* a remote syscall or call failed or stopped unexpectedly */
+    MLZ_INJ_EELF = -6,       /* symbol or module not found */
+    MLZ_INJ_EIO = -7,        /* /proc, files, memory access */
+    MLZ_INJ_ESTATE = -8,     /* not attached / already attached / bad state file */
+    MLZ_INJ_EGONE = -9,      /* the target exited while we worked on it */
+};
+
+/* ---- errmsg.c */
+void mlz__err(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+const char *mlz__errmsg(void);          /* "" when nothing was recorded */
+void mlz__err_clear(void);
+extern int mlz__verbose;                /* -v: progress lines on stderr */
+void mlz__note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+uint64_t mlz__now_us(void);             /* CLOCK_MONOTONIC */
+
+/* ---- ptrace.c: thin ptrace wrappers; errno turned into one-line causes */
+int  mlz__pt_seize(pid_t tid);
+int  mlz__pt_interrupt(pid_t tid);
+int  mlz__pt_cont(pid_t tid, int sig);
+int  mlz__pt_syscall(pid_t tid);
+int  mlz__pt_detach(pid_t tid, int sig);
+int  mlz__pt_getregs(pid_t tid, struct user_regs_struct *r);
+int  mlz__pt_setregs(pid_t tid, const struct user_regs_struct *r);
+int  mlz__pt_getxstate(pid_t tid, void *buf, size_t *len);   /* NT_X86_XSTATE, len in/out */
+int  mlz__pt_setxstate(pid_t tid, void *buf, size_t len);
+int  mlz__pt_getsigmask(pid_t tid, uint64_t *mask);
+int  mlz__pt_setsigmask(pid_t tid, uint64_t mask);
+int  mlz__pt_getsiginfo(pid_t tid, siginfo_t *si);
+/* waitpid(tid, __WALL) with a timeout; 0 and *status, MLZ_INJ_ETIMEOUT, or
+ * MLZ_INJ_ESRCH (no such child). */
+int  mlz__pt_wait(pid_t tid, int *status, int timeout_ms);
+/* The cause of a failed PTRACE_SEIZE, naming YAMA, CAP_SYS_PTRACE, uid. */
+const char *mlz__pt_perm_cause(pid_t pid, int err, char *buf, size_t cap);
+/* Target memory through /proc/PID/mem (writes reach read-only pages). */
+int  mlz__mem_open(pid_t pid);
+void mlz__mem_close(void);
+int  mlz__mem_read(uint64_t addr, void *buf, size_t len);
+int  mlz__mem_write(uint64_t addr, const void *buf, size_t len);
+int  mlz__mem_read_str(uint64_t addr, char *buf, size_t cap);
+
+/* ---- threads.c: stop every thread of a process and put them back */
+enum mlz_tstate {
+    MLZ_T_RUNNING,     /* seized, not known to be stopped */
+    MLZ_T_TRAP,        /* PTRACE_EVENT_STOP after our interrupt */
+    MLZ_T_GROUP,       /* PTRACE_EVENT_STOP for a group stop (SIGSTOP & co.) */
+    MLZ_T_SIGNAL,      /* signal-delivery-stop: `sig` must be delivered on resume */
+    MLZ_T_GONE,        /* exited */
+    MLZ_T_DETACHED,
+};
+typedef struct mlz_thread {
+    pid_t tid;
+    int state;
+    int sig;                     /* signal to deliver on resume/detach (MLZ_T_SIGNAL) */
+    int group_sig;               /* stop signal of the group stop it sits in */
+    struct user_regs_struct regs;/* at the stop (safe point scan, syscall checks) */
+    int unsafe;                  /* last scan: in the allocator, loader or payload */
+} mlz_thread;
+
+typedef struct mlz_tgroup {
+    pid_t pid;
+    mlz_thread *t;
+    int n, cap;
+    int group_stopped;           /* the process was in a group stop when we came */
+    pid_t want;                  /* borrow only this thread (--thread, for tests) */
+    uint64_t stop_us;            /* when the last all-stop began (pause accounting) */
+    uint64_t paused_us;          /* total time every thread was held */
+} mlz_tgroup;
+
+int  mlz__threads_stop_all(mlz_tgroup *g, int timeout_ms);      /* seize + interrupt until stable */
+int  mlz__threads_run(mlz_tgroup *g, int ms);                   /* let them run, then stop again */
+void mlz__threads_detach_all(mlz_tgroup *g, pid_t keep);        /* every thread but `keep` */
+int  mlz__threads_detach_one(mlz_tgroup *g, pid_t tid);
+mlz_thread *mlz__threads_find(mlz_tgroup *g, pid_t tid);
+void mlz__threads_free(mlz_tgroup *g);
+
+/* ---- elfsym.c: symbols of modules the target mapped, read with libelf */
+typedef struct mlz_module {
+    char path[4096];             /* as in /proc/PID/maps (" (deleted)" removed) */
+    uint64_t base;               /* lowest address of the module's mappings */
+    uint64_t bias;               /* load bias: runtime address = st_value + bias */
+    uint64_t end;
+    uint64_t dev, ino;
+    uint64_t first_start, first_end; /* the offset-0 mapping (for map_files) */
+} mlz_module;
+
+/* The first mapped module whose path satisfies `match`; 0 or MLZ_INJ_EELF. */
+int mlz__module_find(pid_t pid, int (*match)(const char *path), mlz_module *m);
+int mlz__match_libc(const char *path);
+int mlz__match_ldso(const char *path);
+int mlz__match_payload(const char *path);   /* our memfd, or a file named libmemlyze*.so */
+/* Runtime addresses of `names` (defined FUNC/OBJECT in .dynsym, default
+ * version). Missing names are 0; returns how many were found, or < 0. */
+int mlz__module_syms(pid_t pid, const mlz_module *m, const char *const *names, uint64_t *addrs, int n);
+/* The module's ELF entry point, at runtime (an address no thread executes). */
+int mlz__module_entry(pid_t pid, const mlz_module *m, uint64_t *entry);
+
+/* ---- preflight.c: refuse clearly before touching the target */
+typedef struct mlz_target {
+    pid_t pid;
+    uid_t uid;
+    char comm[64];
+    int stopped;                 /* State: T (group-stopped) */
+    int payload_mapped;          /* our payload is already in it */
+    int seccomp;                 /* 0 none, 1 strict, 2 filter */
+} mlz_target;
+enum { MLZ_PRE_ALLOW_SECCOMP = 1 };
+int mlz__preflight(pid_t pid, int flags, mlz_target *t);
+
+/* ---- remote.c: run code in one stopped thread and put it back */
+typedef struct mlz_remote {
+    pid_t pid, tid;
+    struct user_regs_struct saved;   /* the thread's registers at the stop */
+    uint8_t *xsave;                  /* its full XSAVE area */
+    size_t xsave_len;
+    uint64_t sigmask;                /* its blocked-signal mask */
+    uint64_t scratch;                /* our mapping in the target, 0 until mapped */
+    size_t scratch_len;
+    uint64_t code;                   /* stubs inside scratch */
+    uint64_t data;                   /* argument area inside scratch */
+    size_t data_len;
+    uint64_t stack_top;              /* 16-byte aligned */
+    int last_stop;                   /* what kind of stop the thread sits in */
+    int timeout_ms;
+    int group_stop_seen;             /* a group stop came while we ran */
+    int nice, boosted;               /* its nice value, raised while lent */
+    int let_go;                      /* a call timed out: the thread finishes it alone (remote.c) */
+    uint64_t errno_addr;             /* the thread's errno (its TLS), put back at the end */
+    int32_t errno_val;
+    /* The other threads stay held while we run, until release_at_us: then
+     * release(release_arg) lets them go (a lock one of them holds may be
+     * what our thread waits for). 0: nothing held. */
+    uint64_t release_at_us;
+    void (*release)(void *arg);
+    void *release_arg;
+} mlz_remote;
+
+int  mlz__remote_begin(mlz_remote *r, pid_t pid, pid_t tid, int timeout_ms);
+/* Remote syscall executed at `insn` (which must hold 0f 05); result in *ret. */
+int  mlz__remote_syscall_at(mlz_remote *r, uint64_t insn, long nr, const uint64_t a[6], int64_t *ret);
+int  mlz__remote_syscall(mlz_remote *r, long nr, const uint64_t a[6], int64_t *ret);
+/* Map the scratch area (code, data, stack); `syscall_insn` is a place whose
+ * bytes we may borrow for the one syscall that maps it. */
+int  mlz__remote_map_scratch(mlz_remote *r, uint64_t borrow);
+/* Call fn(a0..a5) on the scratch stack; result (rax) in *ret. */
+int  mlz__remote_call(mlz_remote *r, uint64_t fn, const uint64_t a[6], uint64_t *ret, int timeout_ms);
+/* Find the thread's errno (libc's __errno_location at `fn`) and remember
+ * its value: the functions we call may change it. */
+int  mlz__remote_save_errno(mlz_remote *r, uint64_t fn);
+/* Bytes into the data area; their target address in *at. */
+int  mlz__remote_put(mlz_remote *r, size_t off, const void *p, size_t n, uint64_t *at);
+/* Unmap scratch, restore registers, xstate and mask exactly; the thread
+ * stays stopped (in a stop from which the kernel redoes an interrupted
+ * syscall). 0, or < 0 if the thread could not be restored. */
+int  mlz__remote_end(mlz_remote *r);
+
+/* ---- safepoint.c: pick a thread that holds no allocator or loader lock */
+/* Stops all threads (g), scans them, runs them briefly and retries until a
+ * thread is at a safe point or timeout_ms passes. *tid gets the thread. */
+int mlz__safepoint_find(mlz_tgroup *g, int timeout_ms, pid_t *tid);
+
+/* ---- load.c: put the payload into the target and call it */
+typedef struct mlz_loaded {
+    uint64_t handle;                 /* dlopen handle, 0 if found already mapped */
+    uint64_t fn_attach, fn_detach, fn_strerror;
+    uint64_t fn_stats;               /* memlyze_attach_stats(int *modules, int *slots), optional */
+    int reused;                      /* payload was already mapped */
+    char name[64];                   /* the name dlopen saw */
+} mlz_loaded;
+/* Loads `payload_path` (already checked) through a memfd unless the payload
+ * is mapped already; resolves the entry points named by `entry[]`. */
+int mlz__load_payload(mlz_remote *r, const char *payload_path, mlz_loaded *out);
+/* Map the scratch area (borrowing libc's entry point for the first
+ * syscall) and save the borrowed thread's errno. */
+int mlz__remote_prepare(mlz_remote *r);
+/* Entry points of the payload already mapped in the target. */
+int mlz__find_loaded(mlz_remote *r, mlz_loaded *out);
+/* The payload file may be written by nobody but root or us. */
+int mlz__check_payload_file(const char *path);
+/* Call an int-returning entry point with a string argument (may be NULL). */
+int mlz__call_entry(mlz_remote *r, uint64_t fn, const char *arg, int *ret, int timeout_ms);
+/* Modules and slots patched, via memlyze_attach_stats; -1 when unknown. */
+void mlz__payload_stats(mlz_remote *r, const mlz_loaded *l, int *modules, int *slots);
+/* The payload's message for a code, via memlyze_strerror. */
+void mlz__payload_strerror(mlz_remote *r, const mlz_loaded *l, int code, char *buf, size_t cap);
+
+/* ---- session.c: the sequence both commands share */
+typedef struct mlz_session {
+    mlz_tgroup g;
+    mlz_remote r;
+    int stopped_all;                 /* every thread held */
+    int remote_active;               /* a thread is borrowed */
+    sigset_t oldmask;                /* our SIGINT/TERM/HUP state before the window */
+    int blocked;
+    uint64_t t0_us;
+    uint64_t pause_all_us;           /* every thread held */
+    uint64_t lend_us;                /* the borrowed thread held */
+    int others_held;                 /* the other threads are still stopped */
+} mlz_session;
+/* hold_ms: how long the other threads may stay stopped while the borrowed
+ * one runs injected code (0: let them go before it runs). */
+int  mlz__session_begin(mlz_session *s, pid_t pid, pid_t want_tid, int timeout_ms, int hold_ms);
+int  mlz__session_end(mlz_session *s);     /* restore everything, detach; keeps first error */
+
+/* ---- state.c: what attach leaves for detach, and the finalize step */
+typedef struct mlz_state {
+    char output[4096];               /* absolute path of the final .mlyze */
+    char spool[4096];                /* the spool, as the target names it */
+    char spool_ours[4200];           /* the same file, as we reach it (/proc/PID/root/...) */
+    char dir_ours[200];
+    uint64_t rate;
+    long long attached_at;           /* unix seconds */
+} mlz_state;
+/* Create (or check) the private state directory, mode 0700, owned by `uid`. */
+int  mlz__state_prepare(pid_t pid, uid_t uid, mlz_state *s);
+int  mlz__state_write(pid_t pid, const mlz_state *s);   /* as state.new */
+int  mlz__state_commit(const mlz_state *s);              /* state.new -> state */
+void mlz__state_abort(const mlz_state *s);               /* a failed attach: drop ours only */
+int  mlz__state_read(pid_t pid, mlz_state *s);      /* MLZ_INJ_ESTATE when there is none */
+void mlz__state_remove(pid_t pid, const mlz_state *s, int keep_spool);
+/* p made absolute against our working directory. */
+int  mlz__abspath(const char *p, char *out, size_t cap);
+/* The payload next to our binary (or $MEMLYZE_PAYLOAD). */
+int  mlz__default_payload(char *buf, size_t cap);
+/* Runs `memlyze finalize -o OUT SPOOL`; 0 on success. */
+int  mlz__finalize(const char *spool, const char *out);
+
+#endif

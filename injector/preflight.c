@@ -1,0 +1,120 @@
+/*
+ * preflight.c - refuse clearly before touching the target.
+ *
+ * Each refusal names its cause in one line. Everything is read from /proc
+ * without ptrace, so a refused target is never stopped, not even briefly.
+ * The kernel has the last word on permission (PTRACE_SEIZE); its EPERM is
+ * explained by mlz__pt_perm_cause() with the same facts.
+ */
+#include "injector.h"
+
+#include <elf.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static int read_status(mlz_target *t, int *tracer, char *state)
+{
+    char path[64], line[512];
+    snprintf(path, sizeof path, "/proc/%d/status", (int)t->pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    *tracer = 0;
+    *state = '?';
+    while (fgets(line, sizeof line, f)) {
+        unsigned u;
+        int v;
+        char c;
+        if (sscanf(line, "Name: %63[^\n]", t->comm) == 1) continue;
+        if (sscanf(line, "State: %c", &c) == 1) { *state = c; continue; }
+        if (sscanf(line, "TracerPid: %d", &v) == 1) { *tracer = v; continue; }
+        if (sscanf(line, "Uid: %*u %u", &u) == 1) { t->uid = u; continue; }
+        if (sscanf(line, "Seccomp: %d", &v) == 1) { t->seccomp = v; continue; }
+    }
+    fclose(f);
+    return 0;
+}
+
+static void comm_of(pid_t pid, char *buf, size_t cap)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/comm", (int)pid);
+    FILE *f = fopen(path, "r");
+    buf[0] = 0;
+    if (f) {
+        if (fgets(buf, (int)cap, f)) buf[strcspn(buf, "\n")] = 0;
+        fclose(f);
+    }
+}
+
+/* e_ident and e_machine of the executable: 64-bit x86 only. */
+static int check_exe(pid_t pid)
+{
+    char path[64];
+    Elf64_Ehdr eh;
+    snprintf(path, sizeof path, "/proc/%d/exe", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return errno == ENOENT ? -2 : 0;     /* unreadable: let ptrace decide */
+    ssize_t n = pread(fd, &eh, sizeof eh, 0);
+    close(fd);
+    if (n < (ssize_t)sizeof eh || memcmp(eh.e_ident, ELFMAG, SELFMAG)) return 0;
+    if (eh.e_ident[EI_CLASS] != ELFCLASS64 || eh.e_machine != EM_X86_64) return -1;
+    return 0;
+}
+
+int mlz__preflight(pid_t pid, int flags, mlz_target *t)
+{
+    int tracer;
+    char state;
+    mlz_module m;
+    memset(t, 0, sizeof *t);
+    t->pid = pid;
+    if (pid <= 0 || (kill(pid, 0) && errno == ESRCH) || read_status(t, &tracer, &state)) {
+        mlz__err("no such process: %d", (int)pid);
+        return MLZ_INJ_ESRCH;
+    }
+    if (pid == getpid()) { mlz__err("refusing to attach to myself"); return MLZ_INJ_EREFUSE; }
+    if (state == 'Z' || state == 'X') {
+        mlz__err("process %d (%s) is a zombie: it has exited", (int)pid, t->comm);
+        return MLZ_INJ_EGONE;
+    }
+    if (tracer) {
+        char who[64];
+        comm_of(tracer, who, sizeof who);
+        mlz__err("process %d (%s) is already traced by %d (%s): detach that debugger first",
+                 (int)pid, t->comm, tracer, who[0] ? who : "?");
+        return MLZ_INJ_EREFUSE;
+    }
+    t->stopped = state == 'T';
+    int ex = check_exe(pid);
+    if (ex == -1) {
+        mlz__err("process %d (%s) is not a 64-bit x86_64 program", (int)pid, t->comm);
+        return MLZ_INJ_EREFUSE;
+    }
+    if (t->seccomp == 1) {
+        mlz__err("process %d (%s) runs in seccomp strict mode: it may not make the syscalls loading needs",
+                 (int)pid, t->comm);
+        return MLZ_INJ_EREFUSE;
+    }
+    if (t->seccomp == 2 && !(flags & MLZ_PRE_ALLOW_SECCOMP)) {
+        mlz__err("process %d (%s) runs under a seccomp filter: an injected mmap/memfd_create could kill it "
+                 "(--allow-seccomp to try anyway)", (int)pid, t->comm);
+        return MLZ_INJ_EREFUSE;
+    }
+    if (mlz__module_find(pid, mlz__match_libc, &m)) {
+        mlz__err_clear();          /* an unreadable maps file says the same thing less clearly */
+        mlz__err("process %d (%s) is statically linked (no libc.so.6 mapped): cannot load the profiler into it",
+                 (int)pid, t->comm);
+        return MLZ_INJ_EREFUSE;
+    }
+    if (mlz__module_find(pid, mlz__match_ldso, &m)) {
+        mlz__err("process %d (%s) has no dynamic loader mapped: statically linked", (int)pid, t->comm);
+        return MLZ_INJ_EREFUSE;
+    }
+    t->payload_mapped = mlz__module_find(pid, mlz__match_payload, &m) == 0;
+    return 0;
+}

@@ -1,0 +1,238 @@
+/*
+ * safepoint.c - choose the thread to borrow: one that holds no lock the
+ * payload's loading will take.
+ *
+ * dlopen takes the loader's locks and allocates; the payload's start-up
+ * allocates and creates a thread (pthread_create allocates too). Running
+ * that on a thread stopped inside malloc (arena lock held) or inside the
+ * loader (dl_load_lock held) deadlocks the target on itself. So every
+ * candidate is unwound from outside with libdw (the thread is ptrace-
+ * stopped; libdw reads its registers and stack and walks .eh_frame), and a
+ * thread is rejected if any frame is
+ *   - in ld.so, or in libc's dl* / _dl_* functions (dlopen, dl_iterate_phdr),
+ *   - in libc's allocator (malloc ... malloc_info, mallinfo, malloc_trim),
+ *   - in fork or pthread_create/join/exit (arena and stack-cache locks),
+ *   - in the payload itself (its detach waits for hooks in flight).
+ * Debian's libc has no .symtab: names come from .dynsym, where static
+ * functions are holes ("?"). The loader's internals run in ld.so (caught by
+ * module); the allocator's do not: malloc_info -> (static) -> fprintf, or
+ * __malloc_fork_lock_parent, show no allocator name at all. But malloc.c is
+ * one translation unit and its code is contiguous, so the whole span from
+ * the exported symbol before the first allocator export to the one after the
+ * last (with only allocator exports inside) is treated as "in malloc".
+ *
+ * Only the borrowed thread must be at a safe point: the others are let go
+ * before any injected code runs (session.c), so a lock another thread holds
+ * is released as that thread goes on, and our dlopen merely waits for it.
+ * When no thread is at a safe point, all threads run for a few ms and the
+ * scan is repeated, until the timeout.
+ */
+#include "injector.h"
+
+#include <elfutils/libdwfl.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+
+#define RETRY_RUN_MS 3
+
+static const char *const unsafe_exact[] = {
+    "malloc", "free", "calloc", "realloc", "reallocarray", "memalign", "posix_memalign", "aligned_alloc",
+    "valloc", "pvalloc", "cfree", "malloc_trim", "malloc_stats", "malloc_info", "mallinfo", "mallinfo2",
+    "malloc_usable_size", "mallopt", "fork", "_Fork", "vfork", "pthread_create", "pthread_join",
+    "pthread_tryjoin_np", "pthread_timedjoin_np", "pthread_clockjoin_np", "pthread_detach", "pthread_exit",
+    "exit", "_exit", "backtrace", "iconv_open", "getaddrinfo", "getpwnam", "getpwuid", NULL,
+};
+static const char *const unsafe_prefix[] = {
+    "dl", "_dl_", "__dl", "__libc_dl", "__libc_malloc", "__libc_free", "__libc_calloc", "__libc_realloc",
+    "__libc_memalign", "__libc_valloc", "__libc_pvalloc", "__libc_mallinfo", "__libc_fork", "_int_",
+    "tcache_", "arena_", "sysmalloc", "malloc_", "__malloc_", "__nptl_", "__pthread_create", "_IO_cleanup",
+    NULL,
+};
+
+/* Exported functions of glibc's malloc.c (the translation unit whose span
+ * we reject); a pc anywhere between their neighbours is inside malloc.c. */
+static const char *const malloc_tu[] = {
+    "malloc", "free", "calloc", "realloc", "memalign", "valloc", "pvalloc", "posix_memalign",
+    "aligned_alloc", "malloc_trim", "malloc_usable_size", "mallinfo", "mallinfo2", "malloc_stats",
+    "mallopt", "malloc_info", "__libc_malloc", "__libc_free", "__libc_calloc", "__libc_realloc",
+    "__libc_memalign", "__libc_valloc", "__libc_pvalloc", "__libc_mallopt", "__libc_mallinfo",
+    "__default_morecore", "cfree", NULL,
+};
+
+typedef struct scan {
+    int unsafe;
+    int frames;
+    int max_frames;                  /* how deep to look */
+    char why[256];
+    uint64_t malloc_lo, malloc_hi;   /* runtime span of libc's malloc.c, or 0 */
+} scan;
+
+static int in_list(const char *n, const char *const *list)
+{
+    for (int i = 0; list[i]; i++)
+        if (strcmp(n, list[i]) == 0) return 1;
+    return 0;
+}
+
+/* The span of malloc.c inside libc, from its exported functions. */
+static void malloc_span(Dwfl_Module *m, uint64_t *lo, uint64_t *hi)
+{
+    int n = dwfl_module_getsymtab(m);
+    uint64_t flo = UINT64_MAX, fhi = 0, below = 0, above = UINT64_MAX;
+    *lo = *hi = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        for (int i = 1; i < n; i++) {
+            GElf_Sym sym;
+            GElf_Addr addr;
+            const char *nm = dwfl_module_getsym_info(m, i, &sym, &addr, NULL, NULL, NULL);
+            if (!nm || GELF_ST_TYPE(sym.st_info) != STT_FUNC || sym.st_shndx == SHN_UNDEF) continue;
+            int fam = in_list(nm, malloc_tu);
+            if (pass == 0 && fam) {
+                if (addr < flo) flo = addr;
+                if (addr + sym.st_size > fhi) fhi = addr + sym.st_size;
+            } else if (pass == 1 && !fam) {
+                if (addr + sym.st_size <= flo && addr + sym.st_size > below) below = addr + sym.st_size;
+                if (addr >= fhi && addr < above) above = addr;
+                if (addr < fhi && addr + sym.st_size > flo) return;   /* not contiguous: names only */
+            }
+        }
+        if (pass == 0 && fhi == 0) return;
+    }
+    *lo = below ? below : flo;
+    *hi = above != UINT64_MAX ? above : fhi;
+}
+
+static int name_unsafe(const char *n)
+{
+    for (int i = 0; unsafe_exact[i]; i++)
+        if (strcmp(n, unsafe_exact[i]) == 0) return 1;
+    for (int i = 0; unsafe_prefix[i]; i++)
+        if (strncmp(n, unsafe_prefix[i], strlen(unsafe_prefix[i])) == 0) return 1;
+    return 0;
+}
+
+static int frame_cb(Dwfl_Frame *f, void *arg)
+{
+    scan *s = arg;
+    Dwarf_Addr pc;
+    bool act;
+    if (!dwfl_frame_pc(f, &pc, &act)) return DWARF_CB_ABORT;
+    if (!act && pc) pc--;              /* a return address: look at the call */
+    s->frames++;
+    Dwfl_Module *m = dwfl_addrmodule(dwfl_thread_dwfl(dwfl_frame_thread(f)), pc);
+    if (!m) return s->frames > 64 ? DWARF_CB_ABORT : DWARF_CB_OK;
+    const char *mname = dwfl_module_info(m, NULL, NULL, NULL, NULL, NULL, NULL, NULL);
+    const char *sym = dwfl_module_addrname(m, pc);
+    if (mlz__verbose > 1)
+        mlz__note("  #%d 0x%llx %s in %s", s->frames - 1, (unsigned long long)pc, sym ? sym : "?", mname ? mname : "?");
+    if (mname && mlz__match_ldso(mname)) {
+        snprintf(s->why, sizeof s->why, "in the dynamic loader (%s)", sym ? sym : "ld.so");
+        s->unsafe = 1;
+    } else if (mname && mlz__match_payload(mname)) {
+        snprintf(s->why, sizeof s->why, "in the memlyze payload (%s)", sym ? sym : "?");
+        s->unsafe = 1;
+    } else if (mname && mlz__match_libc(mname)) {
+        if (!s->malloc_lo && !s->malloc_hi) malloc_span(m, &s->malloc_lo, &s->malloc_hi);
+        if (sym && name_unsafe(sym)) {
+            snprintf(s->why, sizeof s->why, "in libc's %s", sym);
+            s->unsafe = 1;
+        } else if (pc >= s->malloc_lo && pc < s->malloc_hi) {
+            snprintf(s->why, sizeof s->why, "in libc's allocator (%s)", sym ? sym : "malloc.c internals");
+            s->unsafe = 1;
+        }
+    }
+    if (s->unsafe) return DWARF_CB_ABORT;
+    return s->frames >= s->max_frames ? DWARF_CB_ABORT : DWARF_CB_OK;
+}
+
+/* Threads whose stop we would rather not borrow: a signal-delivery-stop
+ * (mid-delivery) and syscalls that swap the signal mask for their duration
+ * (the kernel's saved mask would not survive our own return to user mode). */
+static int candidate(const mlz_thread *t)
+{
+    if (t->state != MLZ_T_TRAP && t->state != MLZ_T_GROUP) return 0;
+    switch ((long)t->regs.orig_rax) {
+    case SYS_rt_sigsuspend: case SYS_ppoll: case SYS_pselect6: case SYS_epoll_pwait:
+    case SYS_epoll_pwait2: case SYS_io_pgetevents:
+        return 0;
+    }
+    return 1;
+}
+
+static int find_debuginfo_none(Dwfl_Module *m, void **ud, const char *mod, Dwarf_Addr b,
+                               const char *file, const char *dl, GElf_Word crc, char **dpath)
+{
+    (void)m; (void)ud; (void)mod; (void)b; (void)file; (void)dl; (void)crc; (void)dpath;
+    return -1;                         /* .dynsym and .eh_frame are enough; no debuginfo search */
+}
+
+static const Dwfl_Callbacks callbacks = {
+    .find_elf = dwfl_linux_proc_find_elf,
+    .find_debuginfo = find_debuginfo_none,
+};
+
+/* One scan of the stopped threads; *tid set when one is safe. */
+static int scan_once(mlz_tgroup *g, pid_t *tid, char *last_why, size_t cap)
+{
+    Dwfl *d = dwfl_begin(&callbacks);
+    if (!d) { mlz__err("libdw: %s", dwfl_errmsg(-1)); return MLZ_INJ_EIO; }
+    int rc = dwfl_linux_proc_report(d, g->pid);
+    if (rc == 0) rc = dwfl_report_end(d, NULL, NULL);
+    if (rc == 0) rc = dwfl_linux_proc_attach(d, g->pid, true);
+    if (rc) {
+        mlz__err("libdw cannot read process %d: %s", (int)g->pid, rc > 0 ? strerror(rc) : dwfl_errmsg(-1));
+        dwfl_end(d);
+        return MLZ_INJ_EIO;
+    }
+    *tid = 0;
+    /* Threads are looked at until one is safe (unwinding costs ~0.1-1 ms a
+     * thread). Those found unsafe on the way are marked: the session lets
+     * them (possible lock holders) go at once and holds the rest while the
+     * borrowed thread loads. */
+    for (int i = 0; i < g->n; i++) g->t[i].unsafe = 0;
+    for (int i = 0; i < g->n && !*tid; i++) {
+        mlz_thread *t = &g->t[i];
+        int cand = g->want ? t->tid == g->want : candidate(t);
+        if (!cand) continue;
+        scan s = { 0, 0, 256, "", 0, 0 };
+        if (mlz__verbose > 1) mlz__note("unwinding thread %d", (int)t->tid);
+        if (dwfl_getthread_frames(d, t->tid, frame_cb, &s) && mlz__verbose > 1)
+            mlz__note("  unwind of %d ended: %s", (int)t->tid, dwfl_errmsg(-1));
+        t->unsafe = s.unsafe || s.frames == 0;
+        if (!s.unsafe && s.frames > 0) *tid = t->tid;
+        else if (s.unsafe) {
+            snprintf(last_why, cap, "thread %d %s", (int)t->tid, s.why);
+            mlz__note("thread %d not at a safe point: %s", (int)t->tid, s.why);
+        } else {
+            snprintf(last_why, cap, "thread %d could not be unwound", (int)t->tid);
+        }
+    }
+    dwfl_end(d);
+    return 0;
+}
+
+int mlz__safepoint_find(mlz_tgroup *g, int timeout_ms, pid_t *tid)
+{
+    uint64_t deadline = mlz__now_us() + (uint64_t)timeout_ms * 1000u;
+    char why[320] = "no thread could be borrowed";
+    int tries = 0;
+    for (;;) {
+        int rc = scan_once(g, tid, why, sizeof why);
+        tries++;
+        if (rc) return rc;
+        if (*tid) {
+            mlz__note("thread %d is at a safe point (scan %d)", (int)*tid, tries);
+            return 0;
+        }
+        /* A group-stopped process does not move: waiting cannot help. */
+        int movable = 0;
+        for (int i = 0; i < g->n; i++) movable |= g->t[i].state == MLZ_T_TRAP || g->t[i].state == MLZ_T_SIGNAL;
+        if (!movable || mlz__now_us() >= deadline) break;
+        if ((rc = mlz__threads_run(g, RETRY_RUN_MS))) return rc;
+    }
+    mlz__err("no thread reached a safe point within %d ms (%d scans; last: %s)", timeout_ms, tries, why);
+    return MLZ_INJ_ETIMEOUT;
+}

@@ -1,0 +1,175 @@
+/*
+ * session.c - the window in which the target holds our state: stop it,
+ * borrow a thread at a safe point, give everything back.
+ *
+ * Sequence: block SIGINT/SIGTERM/SIGHUP/SIGQUIT (a ^C in the window would
+ * leave the target with a borrowed thread), hold every thread, find a safe
+ * thread (safepoint.c), save its state (remote.c). While it loads, the other
+ * threads stay held for at most hold_ms from the stop - so on a busy machine
+ * nothing competes with it - except those the scan found inside the
+ * allocator, the loader or the payload (possible lock holders), which go at
+ * once; and all of them go as soon as the borrowed thread sleeps (it waits
+ * for a lock one of them holds) or hold_ms is over. session_end undoes
+ * everything in reverse, keeping the first error.
+ */
+#include "injector.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <stdio.h>
+#include <unistd.h>
+
+/* Syscalls that return -EINTR (not a restart code) when the thread is merely
+ * stopped and resumed, even with no handler: epoll_wait and semop family
+ * (signal(7), "Interruption ... by stop signals"). Our PTRACE_INTERRUPT is
+ * such a stop. If no unblocked signal is pending for the thread, the EINTR
+ * is ours, and the thread is set to issue the syscall again, as the kernel
+ * does for -ERESTARTNOHAND. (A timeout restarts in full.) */
+static int eintr_is_ours(pid_t pid, pid_t tid)
+{
+    char path[96], line[256];
+    unsigned long long pnd = 0, shd = 0, blk = 0;
+    snprintf(path, sizeof path, "/proc/%d/task/%d/status", (int)pid, (int)tid);
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    while (fgets(line, sizeof line, f)) {
+        sscanf(line, "SigPnd: %llx", &pnd);
+        sscanf(line, "ShdPnd: %llx", &shd);
+        sscanf(line, "SigBlk: %llx", &blk);
+    }
+    fclose(f);
+    return ((pnd | shd) & ~blk) == 0;
+}
+
+static void undo_eintr(mlz_tgroup *g)
+{
+    for (int i = 0; i < g->n; i++) {
+        mlz_thread *t = &g->t[i];
+        if (t->state != MLZ_T_TRAP && t->state != MLZ_T_GROUP) continue;
+        if ((int64_t)t->regs.rax != -EINTR) continue;
+        switch ((long)t->regs.orig_rax) {
+        case SYS_epoll_wait: case SYS_semop: case SYS_semtimedop:
+            break;
+        default:
+            continue;
+        }
+        uint8_t insn[2];
+        if (mlz__mem_open(t->tid) || mlz__mem_read(t->regs.rip - 2, insn, 2) || insn[0] != 0x0f || insn[1] != 0x05)
+            continue;
+        if (!eintr_is_ours(g->pid, t->tid)) continue;
+        struct user_regs_struct r = t->regs;
+        r.rax = r.orig_rax;
+        r.rip -= 2;
+        r.orig_rax = (uint64_t)-1;
+        if (mlz__pt_setregs(t->tid, &r) == 0) {
+            t->regs = r;
+            mlz__note("thread %d: epoll_wait/semop interrupted by our stop will be issued again", (int)t->tid);
+        }
+    }
+}
+
+static void block_signals(mlz_session *s)
+{
+    sigset_t b;
+    sigemptyset(&b);
+    sigaddset(&b, SIGINT);
+    sigaddset(&b, SIGTERM);
+    sigaddset(&b, SIGHUP);
+    sigaddset(&b, SIGQUIT);
+    if (sigprocmask(SIG_BLOCK, &b, &s->oldmask) == 0) s->blocked = 1;
+}
+
+/* Let every thread but the borrowed one go. */
+static void release(void *arg)
+{
+    mlz_session *s = arg;
+    if (!s->others_held) return;
+    undo_eintr(&s->g);
+    mlz__threads_detach_all(&s->g, s->r.tid);
+    s->pause_all_us = s->g.paused_us;
+    s->others_held = 0;
+    mlz__note("other threads released");
+}
+
+int mlz__session_begin(mlz_session *s, pid_t pid, pid_t want_tid, int timeout_ms, int hold_ms)
+{
+    int rc;
+    pid_t tid;
+    memset(s, 0, sizeof *s);
+    s->g.pid = pid;
+    s->g.want = want_tid;
+    s->stopped_all = s->remote_active = 0;
+    s->t0_us = mlz__now_us();
+    block_signals(s);
+    /* The target's threads may be many and busy: be scheduled first while
+     * we hold them (best effort: needs CAP_SYS_NICE). */
+    if (setpriority(PRIO_PROCESS, 0, -20)) {}
+    rc = mlz__threads_stop_all(&s->g, timeout_ms);
+    s->stopped_all = 1;
+    if (rc) return rc;
+    mlz__note("holding %d threads of %d", s->g.n, (int)pid);
+    if ((rc = mlz__safepoint_find(&s->g, timeout_ms, &tid))) return rc;
+    /* Before the borrowed thread's registers are saved: they may change. */
+    undo_eintr(&s->g);
+    s->stopped_all = 0;
+    s->others_held = 1;
+    /* Threads inside the allocator, the loader or the payload may hold a
+     * lock the load needs: they go now. The rest hold none of those. */
+    int held = 0;
+    for (int i = 0; i < s->g.n; i++) {
+        mlz_thread *t = &s->g.t[i];
+        if (t->tid == tid) continue;
+        if (t->unsafe) mlz__threads_detach_one(&s->g, t->tid);
+        else if (t->state != MLZ_T_GONE && t->state != MLZ_T_DETACHED) held++;
+    }
+    mlz__note("holding %d threads outside the allocator and loader while loading", held);
+    s->lend_us = mlz__now_us();
+    s->r.tid = tid;
+    /* Held briefly, the others make our work fast on a busy machine (no
+     * runnable thread competes with the borrowed one); past hold_ms they
+     * go, in case one of them holds a lock our thread waits for. */
+    if (!hold_ms) release(s);
+    if ((rc = mlz__remote_begin(&s->r, pid, tid, timeout_ms))) {
+        s->r.tid = tid;                /* so session_end detaches it */
+        return rc;
+    }
+    if (s->others_held) {
+        s->r.release_at_us = s->g.stop_us + (uint64_t)hold_ms * 1000u;
+        s->r.release = release;
+        s->r.release_arg = s;
+    }
+    s->remote_active = 1;
+    return 0;
+}
+
+int mlz__session_end(mlz_session *s)
+{
+    int rc = 0, e;
+    s->r.release_at_us = 0;
+    if (s->others_held) release(s);
+    if (s->remote_active) {
+        pid_t tid = s->r.tid;
+        rc = mlz__remote_end(&s->r);
+        if (tid && s->r.tid) {
+            e = mlz__threads_detach_one(&s->g, tid);
+            if (!rc) rc = e;
+        }
+        s->remote_active = 0;
+    } else if (s->r.tid) {
+        mlz__threads_detach_one(&s->g, s->r.tid);
+    }
+    if (s->stopped_all) {
+        undo_eintr(&s->g);
+        mlz__threads_detach_all(&s->g, 0);
+        s->pause_all_us = s->g.paused_us;
+        s->stopped_all = 0;
+    }
+    if (s->lend_us) s->lend_us = mlz__now_us() - s->lend_us;
+    mlz__mem_close();
+    mlz__threads_free(&s->g);
+    if (s->blocked) { sigprocmask(SIG_SETMASK, &s->oldmask, NULL); s->blocked = 0; }
+    return rc;
+}

@@ -1,0 +1,198 @@
+/*
+ * state.c - the record attach leaves for detach, and the finalize step.
+ *
+ * Per target a private directory /tmp/memlyze-PID (mode 0700, owned by the
+ * target's user: the payload writes its spool there as that user). It is
+ * reached through /proc/PID/root, so a target with its own /tmp (PrivateTmp,
+ * a container) writes where we can read. A file `state` in it names the
+ * spool and the output, so detach needs nothing from the attaching process,
+ * which may be long gone. A predictable name in /tmp is only trusted if it
+ * is a real directory, mode 0700, owned by the target's user or root.
+ */
+#include "injector.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static void dir_paths(pid_t pid, mlz_state *s)
+{
+    snprintf(s->dir_ours, sizeof s->dir_ours, "/proc/%d/root/tmp/memlyze-%d", (int)pid, (int)pid);
+}
+
+static int check_dir(const char *path, uid_t uid)
+{
+    struct stat st;
+    if (lstat(path, &st)) return -1;
+    if (!S_ISDIR(st.st_mode) || (st.st_uid != uid && st.st_uid != 0) || (st.st_mode & 077)) {
+        mlz__err("%s exists but is not a private directory of uid %u (mode 0700): remove it", path, (unsigned)uid);
+        return MLZ_INJ_EREFUSE;
+    }
+    return 0;
+}
+
+int mlz__state_prepare(pid_t pid, uid_t uid, mlz_state *s)
+{
+    dir_paths(pid, s);
+    if (mkdir(s->dir_ours, 0700) && errno != EEXIST) {
+        mlz__err("cannot create %s: %s", s->dir_ours, strerror(errno));
+        return MLZ_INJ_EIO;
+    }
+    if (geteuid() == 0 && uid != 0) {
+        struct stat st;
+        if (lstat(s->dir_ours, &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == 0 && lchown(s->dir_ours, uid, (gid_t)-1)) {
+            mlz__err("cannot give %s to uid %u: %s", s->dir_ours, (unsigned)uid, strerror(errno));
+            return MLZ_INJ_EIO;
+        }
+    }
+    int rc = check_dir(s->dir_ours, uid);
+    if (rc) return rc < 0 && rc != MLZ_INJ_EREFUSE ? MLZ_INJ_EIO : rc;
+    s->attached_at = (long long)time(NULL);
+    snprintf(s->spool, sizeof s->spool, "/tmp/memlyze-%d/spool.%lld", (int)pid, s->attached_at);
+    snprintf(s->spool_ours, sizeof s->spool_ours, "%s/spool.%lld", s->dir_ours, s->attached_at);
+    return 0;
+}
+
+int mlz__state_write(pid_t pid, const mlz_state *s)
+{
+    char path[300], tmp[320];
+    (void)pid;
+    /* "state.new" until the payload has started (mlz__state_commit): a
+     * refused second attach must not replace the record of the first. */
+    snprintf(path, sizeof path, "%s/state.new", s->dir_ours);
+    snprintf(tmp, sizeof tmp, "%s/state.tmp", s->dir_ours);
+    unlink(tmp);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0) { mlz__err("cannot write %s: %s", tmp, strerror(errno)); return MLZ_INJ_EIO; }
+    FILE *f = fdopen(fd, "w");
+    fprintf(f, "output=%s\nspool=%s\nrate=%llu\nattached_at=%lld\n", s->output, s->spool,
+            (unsigned long long)s->rate, s->attached_at);
+    if (fclose(f) || rename(tmp, path)) { mlz__err("cannot write %s: %s", path, strerror(errno)); return MLZ_INJ_EIO; }
+    return 0;
+}
+
+int mlz__state_commit(const mlz_state *s)
+{
+    char a[300], b[300];
+    snprintf(a, sizeof a, "%s/state.new", s->dir_ours);
+    snprintf(b, sizeof b, "%s/state", s->dir_ours);
+    if (rename(a, b)) { mlz__err("cannot rename %s: %s", a, strerror(errno)); return MLZ_INJ_EIO; }
+    return 0;
+}
+
+void mlz__state_abort(const mlz_state *s)
+{
+    char a[300];
+    snprintf(a, sizeof a, "%s/state.new", s->dir_ours);
+    unlink(a);
+    if (s->spool_ours[0]) unlink(s->spool_ours);
+    rmdir(s->dir_ours);                /* only when empty */
+}
+
+int mlz__state_read(pid_t pid, mlz_state *s)
+{
+    char path[300], line[4200];
+    memset(s, 0, sizeof *s);
+    dir_paths(pid, s);
+    snprintf(path, sizeof path, "%s/state", s->dir_ours);
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) {
+        /* The attacher died between starting the payload and committing. */
+        snprintf(path, sizeof path, "%s/state.new", s->dir_ours);
+        fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    }
+    if (fd < 0) return MLZ_INJ_ESTATE;
+    FILE *f = fdopen(fd, "r");
+    while (fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\n")] = 0;
+        size_t n = strlen(line);
+        if (n >= sizeof s->output) continue;
+        if (!strncmp(line, "output=", 7)) memcpy(s->output, line + 7, n - 6);
+        else if (!strncmp(line, "spool=", 6)) memcpy(s->spool, line + 6, n - 5);
+        else if (!strncmp(line, "rate=", 5)) s->rate = strtoull(line + 5, NULL, 10);
+        else if (!strncmp(line, "attached_at=", 12)) s->attached_at = atoll(line + 12);
+    }
+    fclose(f);
+    if (!s->spool[0]) return MLZ_INJ_ESTATE;
+    snprintf(s->spool_ours, sizeof s->spool_ours, "/proc/%d/root%s", (int)pid, s->spool);
+    return 0;
+}
+
+void mlz__state_remove(pid_t pid, const mlz_state *s, int keep_spool)
+{
+    char path[300];
+    (void)pid;
+    snprintf(path, sizeof path, "%s/state", s->dir_ours);
+    unlink(path);
+    snprintf(path, sizeof path, "%s/state.new", s->dir_ours);
+    unlink(path);
+    if (!keep_spool && s->spool_ours[0]) unlink(s->spool_ours);
+    rmdir(s->dir_ours);                /* only when empty */
+}
+
+int mlz__abspath(const char *p, char *out, size_t cap)
+{
+    char cwd[PATH_MAX];
+    int n;
+    if (p[0] == '/') n = snprintf(out, cap, "%s", p);
+    else if (!getcwd(cwd, sizeof cwd)) n = -1;
+    else n = snprintf(out, cap, "%s/%s", cwd, p);
+    if (n < 0 || (size_t)n >= cap) { mlz__err("path too long: %s", p); return MLZ_INJ_EIO; }
+    return 0;
+}
+
+static int exe_dir(char *buf, size_t cap)
+{
+    ssize_t n = readlink("/proc/self/exe", buf, cap - 1);
+    if (n <= 0) return -1;
+    buf[n] = 0;
+    char *sl = strrchr(buf, '/');
+    if (!sl) return -1;
+    *sl = 0;
+    return 0;
+}
+
+int mlz__default_payload(char *buf, size_t cap)
+{
+    const char *env = getenv("MEMLYZE_PAYLOAD");
+    char dir[PATH_MAX];
+    if (env && *env) { snprintf(buf, cap, "%s", env); return 0; }
+    if (exe_dir(dir, sizeof dir)) return -1;
+    static const char *const rel[] = { "/../lib/libmemlyze.so", "/../lib/memlyze/libmemlyze.so" };
+    for (int i = 0; i < 2; i++) {
+        snprintf(buf, cap, "%s%s", dir, rel[i]);
+        if (access(buf, R_OK) == 0) return 0;
+    }
+    snprintf(buf, cap, "%s%s", dir, rel[0]);
+    return 0;
+}
+
+int mlz__finalize(const char *spool, const char *out)
+{
+    char dir[PATH_MAX], tool[PATH_MAX + 16];
+    if (exe_dir(dir, sizeof dir) == 0) snprintf(tool, sizeof tool, "%s/memlyze", dir);
+    else tool[0] = 0;
+    pid_t p = fork();
+    if (p < 0) { mlz__err("fork: %s", strerror(errno)); return MLZ_INJ_EIO; }
+    if (p == 0) {
+        if (tool[0] && access(tool, X_OK) == 0) execl(tool, "memlyze", "finalize", "-o", out, spool, (char *)NULL);
+        execlp("memlyze", "memlyze", "finalize", "-o", out, spool, (char *)NULL);
+        fprintf(stderr, "memlyze: cannot run memlyze finalize: %s\n", strerror(errno));
+        _exit(127);
+    }
+    int st;
+    while (waitpid(p, &st, 0) < 0)
+        if (errno != EINTR) break;
+    if (!WIFEXITED(st) || WEXITSTATUS(st)) {
+        mlz__err("memlyze finalize failed; the spool is kept at %s", spool);
+        return MLZ_INJ_EIO;
+    }
+    return 0;
+}
