@@ -153,11 +153,15 @@ demo: deps
 	@demo/demo.sh
 
 install: all
-	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/memlyze $(DESTDIR)$(PREFIX)/share/man/man1
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/memlyze $(DESTDIR)$(PREFIX)/share/man/man1 \
+	    $(DESTDIR)$(PREFIX)/share/memlyze/gdb $(DESTDIR)$(PREFIX)/share/memlyze/lldb
 	install -m 755 $(MEMLYZE) $(DESTDIR)$(PREFIX)/bin/memlyze
 	ln -sf memlyze $(DESTDIR)$(PREFIX)/bin/memlyze-snapshot
 	install -m 755 $(ATTACH) $(DETACH) $(DESTDIR)$(PREFIX)/bin/
-	$(if $(PAYLOAD),install -m 755 $(PAYLOAD) $(DESTDIR)$(PREFIX)/lib/memlyze/libmemlyze.so)
+	install -m 755 $(PAYLOAD) $(DESTDIR)$(PREFIX)/lib/memlyze/
+	install -m 644 scripts/gdb/memlyze.py $(DESTDIR)$(PREFIX)/share/memlyze/gdb/memlyze.py
+	install -m 644 scripts/lldb/memlyze.py $(DESTDIR)$(PREFIX)/share/memlyze/lldb/memlyze.py
+	install -m 644 scripts/gdb/libmemlyze.so-gdb.py $(DESTDIR)$(PREFIX)/lib/memlyze/libmemlyze.so-gdb.py
 	install -m 644 docs/memlyze.1 $(DESTDIR)$(PREFIX)/share/man/man1/memlyze.1
 
 clean:

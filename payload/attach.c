@@ -20,6 +20,7 @@
 #include "payload.h"
 #include "gotpatch.h"
 #include "mlz_format.h"
+#include "modtab.h"
 
 #include <dlfcn.h>
 #include <pthread.h>
@@ -62,7 +63,12 @@ static void *hook_dlopen(const char *file, int mode)
 {
     void *caller = __builtin_return_address(0);
     void *(*real)(const char *, int) = (void *(*)(const char *, int))hooks[H_DLOPEN].real;
-    if (atomic_load(&mlz__attached)) return mlz_got_dlopen(file, mode, caller);
+    if (atomic_load(&mlz__attached)) {
+        void *h = mlz_got_dlopen(file, mode, caller);
+        /* The new code may allocate at once: let the unwinder know it. */
+        if (h) mlz_modtab_refresh();
+        return h;
+    }
     char path[PATH_MAX];
     if (file && mlz_got_dlopen_path(file, caller, path, sizeof path) == 1) return real(path, mode);
     return real(file, mode);

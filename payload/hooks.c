@@ -76,9 +76,14 @@ static unsigned capture(mlz_tls *t, uint64_t *pcs)
     else
         n = mlz_unwind_dwarf_bounded(raw, MLZ_MAX_FRAMES + 8, 0, hi);
     unsigned i = 0, k = 0;
-    /* A walk that ran off the known code ends in addresses of no module
-     * (a stale return address read as a frame): those are not frames. */
-    while (n > 0 && !mlz_modtab_find(raw[n - 1])) n--;
+    /* A walk that ran off the end can finish on a stale value below every
+     * module (0x186a0 was seen): not a frame. Addresses above the lowest
+     * module stay, even in no module: JIT code, or a library loaded since
+     * the module table was last refreshed (finalize still resolves it). */
+    unsigned nmods;
+    uint64_t gen;
+    const mlz_module *mods = mlz_modtab_modules(&nmods, &gen);
+    while (n > 0 && nmods && raw[n - 1] < mods[0].start) n--;
     while (i < n && raw[i] >= mlz__g.self_lo && raw[i] < mlz__g.self_hi) i++;
     for (; i < n && k < MLZ_MAX_FRAMES; i++) pcs[k++] = raw[i];
     return k;

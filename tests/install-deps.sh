@@ -16,6 +16,11 @@ pkgs=(
   redis-server redis-tools  # attach/snapshot tests against a real server under load
   bc                # benchmark scripts
   strace            # the injector test that refuses an already-traced process
+  lldb              # the lldb commands' tests
+  protobuf-compiler # checks pprof exports against the published profile.proto
+  python3-jsonschema  # checks speedscope exports against their published schema
+  golang-go golang-github-google-pprof-dev  # builds the real pprof tool, offline, to read our exports
+  chromium          # opens the flame graphs headless and looks at them
 )
 missing=()
 for p in "${pkgs[@]}"; do

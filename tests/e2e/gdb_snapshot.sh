@@ -1,0 +1,186 @@
+#!/usr/bin/env bash
+# gdb script (scripts/gdb/memlyze.py) on live processes: its reimplementation
+# of the payload's layout and check word against the C ones; `memlyze
+# snapshot` inside gdb writes the same sample set and the same symbolized
+# stacks as `memlyze snapshot PID` at the same stop, exact and sampled;
+# status, top, help and completion; one-line errors (no payload, another
+# payload version, not attached, no process).
+. "$(dirname "$0")/lib.sh"
+export PYTHONDONTWRITEBYTECODE=1      # no __pycache__ next to the scripts
+GDBPY="$ROOT/scripts/gdb/memlyze.py"
+CANON="$ROOT/tests/e2e/targets/dbg_canon.py"
+LIB="$B/lib/libmemlyze.so"
+if ! command -v gdb >/dev/null || ! gdb -nx -batch -ex 'python print(1)' >/dev/null 2>&1; then
+    echo "SKIP: gdb with Python is not installed (make deps): gdb script tests not run"
+    finish
+fi
+# G ARGS...: gdb in batch mode with the script loaded (after -p/-c/exe).
+G() { timeout 120 gdb -q -nx -batch -iex 'set debuginfod enabled off' -iex 'set pagination off' "$@" 2>&1; }
+one_error() {   # one_error OUTPUT WORDS: exactly one "memlyze:" line, containing WORDS, and no traceback
+    [ "$(grep -c '^memlyze: ' <<<"$1")" -eq 1 ] && grep -q "^memlyze: .*$2" <<<"$1" && ! grep -q Traceback <<<"$1"
+}
+site() {        # site JSON FUNC: live bytes of the sites whose leaf frame is FUNC
+    python3 -c "
+import json, sys; d=json.load(open('$1'))
+print(int(round(sum(s['live_bytes'] for s in d['sites'] if s['frames'] and s['frames'][0].startswith('$2 ')))))"
+}
+PYMOD="import importlib.util as u; s=u.spec_from_file_location('m', '$GDBPY'); m=u.module_from_spec(s); s.loader.exec_module(m)"
+
+# 1. The Python check word and descriptor layout equal the C ones.
+cat > "$T/chk.c" <<'EOF'
+#include "heapmap.h"
+#include <stdio.h>
+int main(void)
+{
+    unsigned long long k, s, t, q;
+    unsigned a, b;
+    while (scanf("%llu %llu %u %u %llu %llu", &k, &s, &a, &b, &t, &q) == 6)
+        printf("%llu\n", (unsigned long long)mlz_heap_entry_check(k, s, a, b, t, q));
+    return 0;
+}
+EOF
+cat > "$T/lay.c" <<'EOF'
+#include "info.h"
+#include <stddef.h>
+#include <stdio.h>
+#define F(x) printf("%s %zu\n", #x, offsetof(struct memlyze_info, x));
+int main(void)
+{
+    printf("size %zu\n", sizeof(struct memlyze_info));
+    printf("version %d\n", MEMLYZE_INFO_VERSION);
+    F(magic) F(version) F(size) F(ready_addr) F(attached_addr) F(rate_addr) F(pid_addr) F(mono_to_real_addr)
+    F(map_slots_addr) F(map_mask_addr) F(entry_size) F(entry_key) F(entry_size_field) F(entry_stack_id)
+    F(entry_tid) F(entry_time_ns) F(entry_seq) F(entry_check) F(check_algorithm) F(stack_recs_addr)
+    F(stack_frames_addr) F(stack_next_id_addr) F(rec_size) F(rec_ready) F(rec_depth) F(rec_frames_offset)
+    F(max_frames) F(counters_addr) F(counter_names_addr) F(ncounters) F(pad)
+    return 0;
+}
+EOF
+cc -std=c11 -D_GNU_SOURCE -I"$ROOT/core" -o "$T/chk" "$T/chk.c" "$B/libmlzcore.a" -lpthread || fail "build chk"
+cc -std=c11 -I"$ROOT/payload" -o "$T/lay" "$T/lay.c" || fail "build lay"
+python3 -c "
+import random; r = random.Random(7); M = (1 << 64) - 1
+rows = [(0x5555deadbeef, 16, 1, 1234, 1000, 1), (M - 5, M, 0xffffffff, 0xffffffff, M, M), (2, 0, 0, 0, 0, 0)]
+rows += [(r.getrandbits(64), r.getrandbits(r.choice((8, 40, 64))), r.getrandbits(32), r.getrandbits(32),
+          r.getrandbits(64), r.getrandbits(64)) for _ in range(500)]
+print('\n'.join(' '.join(map(str, x)) for x in rows))" > "$T/chk.in"
+"$T/chk" < "$T/chk.in" > "$T/chk.c.out"
+python3 -c "$PYMOD
+for l in open('$T/chk.in'):
+    k, s, a, b, t, q = map(int, l.split()); print(m.heap_entry_check(k, s, a, b, t, q))" > "$T/chk.py.out"
+check "check word: Python equals mlz_heap_entry_check on 503 inputs" \
+    bash -c "[ \$(wc -l < '$T/chk.c.out') -eq 503 ] && cmp '$T/chk.c.out' '$T/chk.py.out'"
+"$T/lay" > "$T/lay.c.out"
+python3 -c "$PYMOD
+print('size', m.INFO_SIZE); print('version', m.INFO_VERSION)
+for n, o in m.INFO_OFFSETS.items(): print(n, o)" > "$T/lay.py.out"
+check "descriptor layout: Python offsets equal payload/info.h's" diff "$T/lay.c.out" "$T/lay.py.out"
+check "descriptors of another magic, version, size or layout are refused" python3 -c "$PYMOD
+import struct
+good = struct.pack(m.INFO_FMT, *[m.INFO_MAGIC if n == 'magic' else m.INFO_VERSION if n == 'version' else
+    m.INFO_SIZE if n == 'size' else 64 if n in ('entry_size', 'rec_size') else 1 if n == 'check_algorithm' else 0
+    for n in m.INFO_OFFSETS])
+m.parse_info(good)
+def bad(raw, words):
+    try:
+        m.parse_info(raw)
+    except m.MlzError as e:
+        assert str(e).startswith('payload version differs from the scripts') and words in str(e), str(e)
+        return
+    raise SystemExit('accepted: ' + words)
+bad(b'MLZINFX' + bytes(1) + good[8:], 'magic')
+bad(good[:8] + struct.pack('<II', 2, m.INFO_SIZE) + good[16:], 'version 2')
+bad(good[:8] + struct.pack('<II', 1, m.INFO_SIZE + 8) + good[16:] + bytes(8), '%d bytes' % (m.INFO_SIZE + 8))
+o = m.INFO_OFFSETS['check_algorithm']
+bad(good[:o] + struct.pack('<I', 2) + good[o + 4:], 'check algorithm 2')
+o = m.INFO_OFFSETS['entry_check']
+bad(good[:o] + struct.pack('<I', 60) + good[o + 4:], 'layout')
+"
+
+cc -O2 -g -pthread -o "$T/holder" "$ROOT/tests/e2e/targets/holder.c" || fail "build holder"
+start_holder() {   # start_holder NAME RATE [ENV...]: sets HPID, HIN
+    local name=$1 rate=$2; shift 2
+    mkfifo "$T/in.$name"
+    env "$@" MEMLYZE_RATE="$rate" MEMLYZE_SPOOL="$T/spool.$name" LD_PRELOAD="$LIB" \
+        "$T/holder" 8 < "$T/in.$name" > "$T/out.$name" 2>&1 &
+    HPID=$!
+    exec {HIN}>"$T/in.$name"
+    for _ in $(seq 100); do grep -q ready "$T/out.$name" 2>/dev/null && break; sleep 0.05; done
+}
+stop_holder() { exec {HIN}>&-; wait "$HPID"; }
+
+# 2. Exact mode, 8 threads churning until gdb stops them: both writers read
+# the same stopped process.
+start_holder exact 1 MEMLYZE_MODE=got
+cd "$T"
+out=$(G -p "$HPID" -ex "source $GDBPY" -ex 'memlyze status' -ex "memlyze snapshot $T/gdb.mlyze" \
+      -ex "shell '$MEMLYZE' snapshot -q -o '$T/cli.mlyze' $HPID" -ex 'memlyze top 5' \
+      -ex 'memlyze snapshot' -ex 'memlyze snapshot' -ex "memlyze snapshot $T/gdb.mlyze" -ex 'memlyze top x' \
+      -ex 'help memlyze' -ex 'help memlyze snapshot' -ex 'complete memlyze ' -ex 'complete memlyze attach --r' \
+      -ex 'memlyze frob')
+cd - >/dev/null
+printf '%s\n' "$out" > "$T/gdb.exact.log"
+check "gdb snapshot written" test -s "$T/gdb.mlyze"
+check "gdb snapshot valid" "$MEMLYZE" validate "$T/gdb.mlyze"
+check "gdb snapshot is of kind snapshot, rate 1" bash -c "python3 '$CANON' '$T/gdb.mlyze' --meta | grep -q 'kind=snapshot rate=1 pid=$HPID'"
+python3 "$CANON" "$T/gdb.mlyze" --funcs '^(site_|churn$|main$)' > "$T/gdb.canon"
+python3 "$CANON" "$T/cli.mlyze" --funcs '^(site_|churn$|main$)' > "$T/cli.canon"
+check "same stop: gdb and memlyze snapshot PID have the same samples and stacks" \
+    bash -c "[ \$(wc -l < '$T/gdb.canon') -ge 1124 ] && diff '$T/gdb.canon' '$T/cli.canon'"
+"$MEMLYZE" top --json -n 50 "$T/gdb.mlyze" > "$T/gdb.json"
+for want in site_16:16000 site_4k:409600 site_64k:1310720 site_1m:4194304; do
+    check "gdb snapshot: ${want%%:*} exact (${want#*:} B)" test "$(site "$T/gdb.json" "${want%%:*}")" = "${want#*:}"
+done
+check "status: attached, exact rate, tables" bash -c "grep -q '^state: attached (GOT mode)' <<<\"\$0\" &&
+    grep -q 'rate 1 (exact' <<<\"\$0\" && grep -q '^counters: samples [1-9]' <<<\"\$0\" &&
+    grep -q '^heap map: [0-9]* live entries in 1048576 slots' <<<\"\$0\" && grep -q '^stack table: [1-9]' <<<\"\$0\" &&
+    grep -q '^Bloom filter: ' <<<\"\$0\"" "$out"
+check "top in gdb: site_1m first, 4.00 MiB in 4 objects" bash -c "grep -A1 '^rank  live bytes' <<<\"\$0\" |
+    grep -q '^   1  4.00 MiB .* 4        4  site_1m (holder.c:'" "$out"
+check "top in gdb: caller frames follow the site" bash -c "grep -A1 'site_1m (holder.c' <<<\"\$0\" | grep -q '<- main (holder.c:'" "$out"
+check "default names count up: memlyze.PID.1 and .2" test -s "$T/memlyze.$HPID.1.mlyze" -a -s "$T/memlyze.$HPID.2.mlyze"
+check "an existing file is not replaced: one-line error" one_error "$(grep 'exists' <<<"$out")" "gdb.mlyze exists: not replaced"
+check "bad top argument: usage line" bash -c "grep -q '^memlyze: usage: memlyze top \[N\]' <<<\"\$0\"" "$out"
+check "unknown subcommand: one line" bash -c "grep -q \"^memlyze: unknown command 'frob'\" <<<\"\$0\"" "$out"
+check "help memlyze lists every subcommand" bash -c "for c in status snapshot top attach detach; do
+    grep -q \"^memlyze \$c\" <<<\"\$0\" || exit 1; done" "$out"
+check "help memlyze snapshot: usage" bash -c "grep -q '^Usage: memlyze snapshot \[FILE\]' <<<\"\$0\"" "$out"
+check "completion: subcommands" bash -c "for c in status snapshot top attach detach; do
+    grep -qx \"memlyze \$c\" <<<\"\$0\" || exit 1; done" "$out"
+check "completion: attach options" bash -c "grep -qx 'memlyze attach --rate' <<<\"\$0\"" "$out"
+check "no Python traceback anywhere" bash -c "! grep -q Traceback <<<\"\$0\"" "$out"
+stop_holder
+check "target output unchanged under gdb" test "$(tail -1 "$T/out.exact")" = "held 1124"
+
+# 3. Sampled mode: the same samples, and intervals in top.
+start_holder sampled 65536 MEMLYZE_MODE=got
+out=$(G -p "$HPID" -ex "source $GDBPY" -ex "memlyze snapshot $T/gs.mlyze" \
+      -ex "shell '$MEMLYZE' snapshot -q -o '$T/cs.mlyze' $HPID" -ex 'memlyze top 3')
+python3 "$CANON" "$T/gs.mlyze" --funcs '^(site_|churn$|main$)' > "$T/gs.canon"
+python3 "$CANON" "$T/cs.mlyze" --funcs '^(site_|churn$|main$)' > "$T/cs.canon"
+check "sampled: same samples and stacks as memlyze snapshot PID" bash -c "[ -s '$T/gs.canon' ] && diff '$T/gs.canon' '$T/cs.canon'"
+check "sampled: top shows 95% intervals" bash -c "grep -q '^   1  .* ± ' <<<\"\$0\"" "$out"
+stop_holder
+
+# 4. One-line errors.
+sleep 60 & SPID=$!
+out=$(G -p "$SPID" -ex "source $GDBPY" -ex 'memlyze snapshot x.mlyze')
+check "no payload: one line" one_error "$out" "no memlyze payload in this process"
+kill "$SPID"; wait "$SPID" 2>/dev/null
+cc -O1 -g -o "$T/badinfo" "$ROOT/tests/e2e/targets/dbg_badinfo.c" || fail "build badinfo"
+mkfifo "$T/in.bad"
+"$T/badinfo" < "$T/in.bad" > "$T/out.bad" & BPID=$!
+exec {BIN}>"$T/in.bad"
+for _ in $(seq 100); do grep -q ready "$T/out.bad" 2>/dev/null && break; sleep 0.05; done
+out=$(G -p "$BPID" -ex "source $GDBPY" -ex 'memlyze status' -ex "memlyze snapshot $T/bad.mlyze")
+check "another descriptor version: refused, one line each" bash -c "[ \$(grep -c '^memlyze: payload version differs from the scripts: memlyze_info version 2' <<<\"\$0\") -eq 2 ]" "$out"
+check "another descriptor version: no file written" test ! -e "$T/bad.mlyze"
+exec {BIN}>&-; wait "$BPID"
+start_holder loaded 1 MEMLYZE_MODE=
+out=$(G -p "$HPID" -ex "source $GDBPY" -ex "memlyze snapshot $T/na.mlyze" -ex 'memlyze status')
+check "loaded, not attached: one-line error" one_error "$(grep -v '^memlyze payload:' <<<"$out")" "loaded in process $HPID but not attached"
+check "loaded, not attached: status says so" bash -c "grep -q '^state: loaded, not attached' <<<\"\$0\"" "$out"
+stop_holder
+out=$(G "$T/holder" -ex "source $GDBPY" -ex 'memlyze top')
+check "no process: one line" one_error "$out" "no process"
+finish

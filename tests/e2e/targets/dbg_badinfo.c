@@ -1,0 +1,23 @@
+/*
+ * dbg_badinfo.c - a process that exports a memlyze_info of another version
+ * (as a newer payload would): the debugger scripts must refuse it with one
+ * line instead of misreading its tables. Waits for standard input to close.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <unistd.h>
+
+__attribute__((visibility("default"), used)) const struct {
+    char magic[8];
+    uint32_t version, size;
+    uint64_t rest[40];
+} memlyze_info = { "MLZINFO", 2, 8 + 4 + 4 + 40 * 8, { 0 } };
+
+int main(void)
+{
+    char buf[64];
+    printf("ready\n");
+    fflush(stdout);
+    while (read(0, buf, sizeof buf) > 0) {}
+    return 0;
+}
