@@ -6,7 +6,7 @@
  *   1. remote memfd_create("memlyze-payload", MFD_CLOEXEC|MFD_ALLOW_SEALING);
  *   2. we write the payload's bytes into /proc/PID/fd/N from outside;
  *   3. remote fcntl F_ADD_SEALS: nobody can change the code after our check;
- *   4. remote dlopen("/proc/self/fd/N", RTLD_NOW|RTLD_LOCAL) with the dlopen
+ *   4. remote dlopen("/proc/PID/fd/N", RTLD_NOW|RTLD_LOCAL) with the dlopen
  *      of the target's own libc; dlerror() on failure;
  *   5. remote close(N) (the mapping keeps the file alive);
  *   6. remote dlsym for the entry points.
@@ -20,6 +20,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/sendfile.h>
@@ -35,6 +36,22 @@ static const char *const entry_names[] = { "memlyze_attach", "memlyze_detach", "
 #define D_NAME 0
 #define D_SYM  4096
 #define D_ARG  8192
+
+/* The target's pid in its own PID namespace (last NSpid field). */
+static pid_t target_pid_in_ns(pid_t pid)
+{
+    char path[64], line[256];
+    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+    FILE *f = fopen(path, "re");
+    pid_t ns = pid;
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, "NSpid:", 6)) {
+            char *last = strrchr(line, '\t');
+            if (last) ns = (pid_t)atoi(last + 1);
+        }
+    if (f) fclose(f);
+    return ns;
+}
 
 static int open_payload(const char *path, struct stat *st)
 {
@@ -173,7 +190,12 @@ int mlz__load_payload(mlz_remote *r, const char *payload_path, mlz_loaded *out)
                   &ret, "sealing the memfd")))
         goto out;
 
-    snprintf(out->name, sizeof out->name, "/proc/self/fd/%d", (int)fd);
+    /* Not /proc/self/...: the name stays in the loader's list, and a
+     * debugger or tool that later opens it would open its OWN fd N (gdb hung
+     * reading one). /proc/PID/fd/N, with the pid as the target sees it (its
+     * PID namespace), names the memfd for the target and for tools outside
+     * sharing its namespace. */
+    snprintf(out->name, sizeof out->name, "/proc/%d/fd/%d", (int)target_pid_in_ns(r->pid), (int)fd);
     if ((rc = mlz__remote_put(r, D_NAME, out->name, strlen(out->name) + 1, &at))) goto out;
     if ((rc = call(r, fns[0], at, RTLD_NOW | RTLD_LOCAL, &handle))) goto out;
     if (!handle) {
@@ -188,9 +210,12 @@ int mlz__load_payload(mlz_remote *r, const char *payload_path, mlz_loaded *out)
     mlz__note("dlopen returned");
     rc = remote_dlsym(r, fns[1], handle, out);
 out:
-    if (fd >= 0) {
+    /* On success the memfd stays open (close-on-exec): the loader's name for
+     * the payload, /proc/PID/fd/N, must keep naming it, so that debuggers and
+     * tools can read its symbols. One descriptor, for the process's life. */
+    if (fd >= 0 && rc) {
         int rc2 = sys(r, SYS_close, (uint64_t)fd, 0, 0, &ret, "close");
-        if (!rc) rc = rc2;
+        (void)rc2;
     }
     if (src >= 0) close(src);
     return rc;

@@ -310,7 +310,10 @@ static void *drain_main(void *arg)
     mlz__tls.s.in_hook = 1;     /* our own allocations are never sampled */
     sigset_t all;
     sigfillset(&all);
-    pthread_sigmask(SIG_BLOCK, &all, NULL);
+    /* SETMASK, not BLOCK: the thread that created us may have been borrowed
+     * by the injector with glibc's own signals blocked; glibc leaves those
+     * (SIGCANCEL, SIGSETXID) out of a full set, so this unblocks them. */
+    pthread_sigmask(SIG_SETMASK, &all, NULL);
     unsigned round = 0;
     while (!atomic_load(&drain_stop)) {
         struct timespec ts = { 0, mlz__g.rate <= 1 ? DRAIN_PERIOD_NS / 10 : DRAIN_PERIOD_NS };
