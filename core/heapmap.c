@@ -27,16 +27,6 @@
 
 enum { END_LOST, END_BIRTH, END_LIVE, END_CANCELLED };
 
-static uint64_t fmix64(uint64_t h)
-{
-    h ^= h >> 33;
-    h *= 0xFF51AFD7ED558CCDull;
-    h ^= h >> 33;
-    h *= 0xC4CEB9FE1A85EC53ull;
-    h ^= h >> 33;
-    return h;
-}
-
 static int is_pointer(uint64_t k)
 {
     return k != MLZ_HEAP_EMPTY && k != MLZ_HEAP_RESERVED && k != MLZ_HEAP_TOMBSTONE;
@@ -44,7 +34,7 @@ static int is_pointer(uint64_t k)
 
 static uint64_t home_of(const mlz_heapmap *m, uint64_t ptr)
 {
-    return fmix64(ptr) & m->mask;
+    return mlz_fmix64(ptr) & m->mask;
 }
 
 static uint64_t probe_at(const mlz_heapmap *m, uint64_t home, uint64_t i)
@@ -71,11 +61,11 @@ uint64_t mlz_heap_entry_check(uint64_t key, uint64_t size, uint32_t stack_id,
      * change in any field flips about half the bits of the result. */
     const uint64_t k = 0x9E3779B97F4A7C15ull;
     uint64_t h = 0x6D6C7A6865617031ull; /* "mlzheap1" */
-    h = fmix64((h ^ key) + k);
-    h = fmix64((h ^ size) + k);
-    h = fmix64((h ^ (((uint64_t)stack_id << 32) | tid)) + k);
-    h = fmix64((h ^ time_ns) + k);
-    h = fmix64((h ^ seq) + k);
+    h = mlz_fmix64((h ^ key) + k);
+    h = mlz_fmix64((h ^ size) + k);
+    h = mlz_fmix64((h ^ (((uint64_t)stack_id << 32) | tid)) + k);
+    h = mlz_fmix64((h ^ time_ns) + k);
+    h = mlz_fmix64((h ^ seq) + k);
     return h;
 }
 

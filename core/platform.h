@@ -9,6 +9,8 @@
 #ifndef MLZ_PLATFORM_H
 #define MLZ_PLATFORM_H
 
+#include <stdint.h>
+
 #include <stddef.h>
 #include <sys/mman.h>
 
@@ -24,6 +26,17 @@
 #define MLZ_UNUSED   __attribute__((unused))
 
 #define MLZ_CACHELINE 64
+
+/* The MurmurHash3 64-bit finalizer: a strong, cheap mix for hash tables. */
+static inline uint64_t mlz_fmix64(uint64_t h)
+{
+    h ^= h >> 33;
+    h *= 0xFF51AFD7ED558CCDull;
+    h ^= h >> 33;
+    h *= 0xC4CEB9FE1A85EC53ull;
+    h ^= h >> 33;
+    return h;
+}
 
 /* Anonymous private mapping of `bytes`, zero-filled; NULL on failure. */
 static inline void *mlz_map(size_t bytes)

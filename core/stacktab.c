@@ -33,16 +33,6 @@
 #define LEVEL0 ((uint64_t)1 << MLZ_STACKTAB_LEVEL0_LOG2)
 #define PROBE_LIMIT 128 /* index words = 16 cache lines */
 
-static uint64_t fmix64(uint64_t h)
-{
-    h ^= h >> 33;
-    h *= 0xFF51AFD7ED558CCDull;
-    h ^= h >> 33;
-    h *= 0xC4CEB9FE1A85EC53ull;
-    h ^= h >> 33;
-    return h;
-}
-
 uint64_t mlz_stack_hash(const uint64_t *pcs, unsigned depth)
 {
     /* One multiply-xorshift per frame (a bijection of the running state),
@@ -52,7 +42,7 @@ uint64_t mlz_stack_hash(const uint64_t *pcs, unsigned depth)
         h = (h ^ pcs[i]) * 0xD6E8FEB86659FD93ull;
         h ^= h >> 32;
     }
-    return fmix64(h);
+    return mlz_fmix64(h);
 }
 
 static uint64_t level_size(unsigned lvl) { return LEVEL0 << lvl; }

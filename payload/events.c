@@ -21,6 +21,7 @@
 #include "modtab.h"
 #include "jsonw.h"
 #include "mlz_format.h"
+#include "spool_records.h"
 #include "varint.h"
 
 #include <errno.h>
@@ -206,18 +207,9 @@ static void write_modules(uint64_t now_us)
     if (gen == modtab_gen) return;
     modtab_gen = gen;
     for (unsigned i = 0; i < count; i++) {
-        uint8_t p[MLZ_PATH_MAX + 128];
-        size_t n = 0, plen = strlen(mods[i].path);
-        if (plen > MLZ_PATH_MAX) plen = MLZ_PATH_MAX;
-        n += mlz_varint_put(p + n, mods[i].start);
-        n += mlz_varint_put(p + n, mods[i].end - mods[i].start);
-        n += mlz_varint_put(p + n, mods[i].load_bias);
-        n += mlz_varint_put(p + n, mods[i].build_id_len);
-        memcpy(p + n, mods[i].build_id, mods[i].build_id_len);
-        n += mods[i].build_id_len;
-        n += mlz_varint_put(p + n, plen);
-        memcpy(p + n, mods[i].path, plen);
-        n += plen;
+        static uint8_t p[MLZ_SPOOL_MODULE_MAX];
+        size_t n = mlz_spool_module(p, mods[i].start, mods[i].end - mods[i].start, mods[i].load_bias,
+                                  mods[i].build_id, mods[i].build_id_len, mods[i].path);
         if (mlz_writer_ext(&spool, MLZ_EV_MODULE, now_us, p, n))
             atomic_fetch_add_explicit(&mlz__g.c.spool_errors, 1, memory_order_relaxed);
     }
@@ -230,10 +222,8 @@ static void write_stack(uint32_t id, uint64_t t_us)
     const uint64_t *pcs;
     unsigned depth;
     if (!mlz_stacktab_get(&mlz__g.stacks, id, &pcs, &depth)) return;
-    uint8_t p[20 + MLZ_MAX_FRAMES * 10];
-    size_t n = mlz_varint_put(p, id);
-    n += mlz_varint_put(p + n, depth);
-    for (unsigned i = 0; i < depth; i++) n += mlz_varint_put(p + n, pcs[i]);
+    uint8_t p[MLZ_SPOOL_STACK_MAX(MLZ_MAX_FRAMES)];
+    size_t n = mlz_spool_stack(p, id, pcs, depth);
     if (mlz_writer_ext(&spool, MLZ_EV_STACK_RAW, t_us, p, n) == 0)
         stack_written[id / 8] |= (uint8_t)(1u << (id % 8));
 }
@@ -252,9 +242,8 @@ static void write_rec(const mlz_rec *e, int32_t tid)
         if (id == MLZ_STACK_NONE || id >= MLZ_STACKTAB_DEFAULT_MAX) {
             id = SPOOL_TRUNCATED_ID;
             if (!truncated_written) {
-                uint8_t p[12];
-                size_t n = mlz_varint_put(p, id);
-                p[n++] = 0;
+                uint8_t p[MLZ_SPOOL_STACK_MAX(0)];
+                size_t n = mlz_spool_stack(p, id, NULL, 0);
                 truncated_written = mlz_writer_ext(&spool, MLZ_EV_STACK_RAW, t, p, n) == 0;
             }
         } else {

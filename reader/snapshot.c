@@ -19,6 +19,7 @@
 #include "jsonw.h"
 #include "mlz_format.h"
 #include "procmem.h"
+#include "spool_records.h"
 #include "varint.h"
 
 #include <errno.h>
@@ -235,18 +236,9 @@ int mlz_snapshot(pid_t pid, const char *out, int compress, snapshot_stats *st, c
                           .buf = buf, .buf_size = sizeof buf };
     if (mlz_writer_open(&wr, spool, &o)) { serr(err, errlen, "cannot write %s", spool); goto out; }
     for (size_t i = 0; i < nmods; i++) {
-        uint8_t r[MLZ_PATH_MAX + 128];
-        size_t n = 0, plen = strlen(mods[i].path);
-        if (plen > MLZ_PATH_MAX) plen = MLZ_PATH_MAX;
-        n += mlz_varint_put(r + n, mods[i].start);
-        n += mlz_varint_put(r + n, mods[i].end - mods[i].start);
-        n += mlz_varint_put(r + n, mods[i].bias);
-        n += mlz_varint_put(r + n, mods[i].build_id_len);
-        memcpy(r + n, mods[i].build_id, mods[i].build_id_len);
-        n += mods[i].build_id_len;
-        n += mlz_varint_put(r + n, plen);
-        memcpy(r + n, mods[i].path, plen);
-        n += plen;
+        static uint8_t r[MLZ_SPOOL_MODULE_MAX];
+        size_t n = mlz_spool_module(r, mods[i].start, mods[i].end - mods[i].start, mods[i].bias,
+                                  mods[i].build_id, mods[i].build_id_len, mods[i].path);
         mlz_writer_ext(&wr, MLZ_EV_MODULE, start_us, r, n);
     }
     seen = calloc((size_t)next_id / 8 + 2, 1);
@@ -271,10 +263,8 @@ int mlz_snapshot(pid_t pid, const char *out, int compress, snapshot_stats *st, c
             uint64_t pcs[256];
             if (ready == 1 && depth <= in.max_frames && depth <= 256 &&
                 !pm_read(pid, frames + foff * 8, pcs, depth * 8)) {
-                uint8_t r[20 + 256 * 10];
-                size_t n = mlz_varint_put(r, id);
-                n += mlz_varint_put(r + n, depth);
-                for (uint32_t j = 0; j < depth; j++) n += mlz_varint_put(r + n, pcs[j]);
+                uint8_t r[MLZ_SPOOL_STACK_MAX(256)];
+                size_t n = mlz_spool_stack(r, id, pcs, depth);
                 mlz_writer_ext(&wr, MLZ_EV_STACK_RAW, t, r, n);
                 seen[id / 8] |= (uint8_t)(1u << (id % 8));
                 ok = 1;
@@ -282,9 +272,8 @@ int mlz_snapshot(pid_t pid, const char *out, int compress, snapshot_stats *st, c
         }
         if (!ok) {
             if (!empty_written) {
-                uint8_t r[12];
-                size_t n = mlz_varint_put(r, empty_id);
-                r[n++] = 0;
+                uint8_t r[MLZ_SPOOL_STACK_MAX(0)];
+                size_t n = mlz_spool_stack(r, empty_id, NULL, 0);
                 mlz_writer_ext(&wr, MLZ_EV_STACK_RAW, t, r, n);
                 empty_written = 1;
             }

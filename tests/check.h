@@ -34,6 +34,15 @@ static void check_fail_(const char *file, int line, const char *what)
     if (a_ != b_) { char m_[256]; snprintf(m_, sizeof m_, "%s == %s (%" PRIu64 " != %" PRIu64 ")", \
         #a, #b, a_, b_); check_fail_(__FILE__, __LINE__, m_); } } while (0)
 
+/* splitmix64: reproducible pseudo-random numbers for tests, from a seed. */
+static inline uint64_t check_rng(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
 /* Run one test unless argv names others (tests can be run one by one). */
 static int check_argc_;
 static char **check_argv_;

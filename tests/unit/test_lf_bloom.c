@@ -20,16 +20,9 @@
 #define SLOW 0
 #endif
 
-static uint64_t rng(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
 
 /* Heap-like addresses, 16-aligned. */
-static uint64_t addr(uint64_t *s) { return 0x550000000000ull + (rng(s) & 0xFFFFFFFFF0ull); }
+static uint64_t addr(uint64_t *s) { return 0x550000000000ull + (check_rng(s) & 0xFFFFFFFFF0ull); }
 
 static void test_reference_fp_rate(void)
 {
@@ -121,11 +114,11 @@ static void *worker(void *arg)
     uint64_t live[LIVE] = { 0 };
     int rounds = SLOW ? 20000 : 200000;
     for (int r = 0; r < rounds; r++) {
-        int k = (int)(rng(&s) % LIVE);
+        int k = (int)(check_rng(&s) % LIVE);
         if (live[k]) mlz_bloom_remove(&shared, live[k]);
         live[k] = addr(&s);
         mlz_bloom_add(&shared, live[k]);
-        int j = (int)(rng(&s) % LIVE);
+        int j = (int)(check_rng(&s) % LIVE);
         if (live[j] && !mlz_bloom_maybe(&shared, live[j])) atomic_fetch_add(&false_negatives, 1);
     }
     for (int k = 0; k < LIVE; k++)

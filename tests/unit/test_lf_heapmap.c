@@ -19,13 +19,6 @@
 #define SLOW 0
 #endif
 
-static uint64_t rng(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
 
 /* Fields derived from (ptr, seq), so any yielded entry can be verified. */
 static uint64_t f_size(uint64_t p, uint64_t seq) { return (p * 31 + seq * 7) & 0xFFFFFFFFFFull; }
@@ -83,8 +76,8 @@ static void test_reference_model(void)
     REQUIRE(c.keys && c.seqs);
 
     for (int op = 0; op < OPS; op++) {
-        uint64_t i = rng(&s) % N, p = 0x7f0000100000ull + i * 48;
-        if (!live[i] && nlive < MAXLIVE && (rng(&s) & 1)) {
+        uint64_t i = check_rng(&s) % N, p = 0x7f0000100000ull + i * 48;
+        if (!live[i] && nlive < MAXLIVE && (check_rng(&s) & 1)) {
             if (insert(&m, p, seq, 7) != 1) bad++;
             seq_of[i] = seq++;
             live[i] = 1;
@@ -301,7 +294,7 @@ static void test_tombstone_churn(void)
     }
     long bad = 0;
     for (long op = 0; op < ops; op++) {
-        int i = (int)(rng(&s) % LIVE);
+        int i = (int)(check_rng(&s) % LIVE);
         if (mlz_heapmap_remove(&m, ring[i], NULL) != 1) bad++;
         /* Half fresh addresses, half an address freed moments ago. */
         uint64_t p = (op & 1) ? ring[i] : (next += 16);
@@ -413,7 +406,7 @@ typedef struct {
 
 static void own_op(worker *me, uint64_t *s)
 {
-    uint64_t i = rng(s) % OWN, p = OWN_BASE(me->w) + i * 16;
+    uint64_t i = check_rng(s) % OWN, p = OWN_BASE(me->w) + i * 16;
     if (!me->live[i]) {
         uint64_t seq = atomic_fetch_add(&gseq, 1);
         if (insert(&cm, p, seq, (uint32_t)me->w) != 1) me->errors++;
@@ -465,7 +458,7 @@ static void *work(void *arg)
         if ((op & 31) == 0) sched_yield();
         own_op(me, &s);
         if (allocator) {
-            uint64_t coin = rng(&s);
+            uint64_t coin = check_rng(&s);
             if (h.n == HELD || (h.n > 0 && (coin & 1))) publish_oldest(me, &h);
             if (h.n < HELD && (coin & 2)) {
                 uint64_t p = next_shared + 16;

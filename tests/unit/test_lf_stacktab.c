@@ -18,13 +18,6 @@
 #define SLOW 0
 #endif
 
-static uint64_t rng(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
 
 typedef struct {
     uint64_t pcs[MLZ_MAX_FRAMES];
@@ -39,13 +32,13 @@ static stack *make_stacks(int n, unsigned maxdepth, uint64_t seed)
     if (!v) return NULL;
     uint64_t s = seed;
     for (int i = 0; i < n; i++) {
-        if (i > 0 && (rng(&s) % 4) == 0 && v[i - 1].depth > 0) {
+        if (i > 0 && (check_rng(&s) % 4) == 0 && v[i - 1].depth > 0) {
             v[i] = v[i - 1];
-            v[i].pcs[rng(&s) % v[i].depth] ^= 0x10;
+            v[i].pcs[check_rng(&s) % v[i].depth] ^= 0x10;
         } else {
-            v[i].depth = (unsigned)(1 + rng(&s) % maxdepth);
+            v[i].depth = (unsigned)(1 + check_rng(&s) % maxdepth);
             for (unsigned d = 0; d < v[i].depth; d++)
-                v[i].pcs[d] = 0x400000 + (rng(&s) & 0xFFFFF);
+                v[i].pcs[d] = 0x400000 + (check_rng(&s) & 0xFFFFF);
             if (v[i].depth > 2) {
                 v[i].pcs[v[i].depth - 1] = 0x401000; /* _start */
                 v[i].pcs[v[i].depth - 2] = 0x401234; /* main */
@@ -219,7 +212,7 @@ static void *interner(void *arg)
     while (atomic_load(&ready_threads) < NTHR) sched_yield();
     for (int k = 0; k < 2 * pool_n; k++) {
         int i = (int)(((uint64_t)k + (uint64_t)(me->id & 1) * (uint64_t)pool_n / 2) % (uint64_t)pool_n);
-        if ((rng(&s) & 7) == 0) i = (int)(rng(&s) % (uint64_t)pool_n);
+        if ((check_rng(&s) & 7) == 0) i = (int)(check_rng(&s) % (uint64_t)pool_n);
         uint32_t id = mlz_stacktab_intern(&ct, pool[i].pcs, pool[i].depth);
         if (me->ids[i] == 0) {
             me->ids[i] = id;

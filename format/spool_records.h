@@ -1,0 +1,25 @@
+/*
+ * spool_records.h - the payloads of the spool's extension events (FORMAT.md,
+ * "Spools"), encoded in one place for every writer of spools: the payload
+ * inside the target and memlyze snapshot outside it. No allocation.
+ */
+#ifndef MLZ_SPOOL_RECORDS_H
+#define MLZ_SPOOL_RECORDS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "mlz_format.h"
+
+/* Room a MODULE payload may need. */
+#define MLZ_SPOOL_MODULE_MAX (MLZ_PATH_MAX + 128)
+/* Room a STACK_RAW payload of depth frames needs. */
+#define MLZ_SPOOL_STACK_MAX(depth) (20 + (size_t)(depth) * 10)
+
+/* MODULE: start, size, bias, build-id, path (cut at MLZ_PATH_MAX). */
+size_t mlz_spool_module(uint8_t *out, uint64_t start, uint64_t size, uint64_t bias,
+                      const uint8_t *build_id, size_t build_id_len, const char *path);
+/* STACK_RAW: id, depth, the PCs leaf first. */
+size_t mlz_spool_stack(uint8_t *out, uint64_t id, const uint64_t *pcs, unsigned depth);
+
+#endif
