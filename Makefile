@@ -167,4 +167,8 @@ install: all
 clean:
 	rm -rf build
 
+# Keep the objects of chained rules (tests, benches): a later make would
+# otherwise rebuild them.
+.SECONDARY:
+
 -include $(shell find build -name '*.d' 2>/dev/null)
