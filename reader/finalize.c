@@ -21,18 +21,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct raw_stack {
-    uint64_t id;
-    uint32_t depth;
-    uint64_t *pcs;
-} raw_stack;
-
-typedef struct raw_module {
-    uint64_t start, size, bias;
-    uint8_t build_id[64];
-    size_t blen;
-    char *path;
-} raw_module;
+typedef mlz_raw_stack raw_stack;
+typedef mlz_raw_module raw_module;
 
 typedef struct fin {
     raw_stack *stacks; size_t nstacks, cstacks;
@@ -213,13 +203,65 @@ static size_t build_meta(fin *f, symbolizer *sym, json_t *spool_root, const char
     return mlz_jw_ok(&w) == 0 ? w.len : 0;
 }
 
+/* Symbolizes f's stacks against its modules and writes the metadata of a
+ * profile of `kind` into a malloc'd buffer. The function table starts with
+ * root's "functions" under their own ids: events (MARKER) refer to them. */
+static int make_meta(fin *f, json_t *root, const char *kind, char **out, size_t *len,
+                     char *err, size_t errlen)
+{
+    json_t *fns = json_object_get(root, "functions");
+    for (uint64_t id = 0; json_is_object(fns) && id < json_object_size(fns) + 64; id++) {
+        char key[24];
+        snprintf(key, sizeof key, "%llu", (unsigned long long)id);
+        json_t *v = json_object_get(fns, key);
+        if (!json_is_string(v)) continue;
+        while (f->nfuncs < id) {
+            char gap[32];
+            snprintf(gap, sizeof gap, "(unused %llu)", (unsigned long long)f->nfuncs);
+            intern(f->funcs, &f->nfuncs, gap);
+        }
+        intern(f->funcs, &f->nfuncs, json_string_value(v));
+    }
+    symbolizer *sym = sym_new();
+    if (!sym) return ferr(err, errlen, "cannot start libdw");
+    for (size_t i = 0; i < f->nmods; i++)
+        sym_add_module(sym, f->mods[i].path, f->mods[i].start, f->mods[i].size, f->mods[i].bias,
+                       f->mods[i].build_id, f->mods[i].blen);
+    sym_ready(sym);
+    size_t cap = 1 << 20;
+    int rc = -1;
+    for (;;) {
+        char *meta = malloc(cap);
+        if (!meta) { ferr(err, errlen, "out of memory"); break; }
+        /* Interning is repeatable: same strings get the same ids again. */
+        if ((*len = build_meta(f, sym, root, kind, meta, cap))) { *out = meta; rc = 0; break; }
+        free(meta);
+        cap *= 4;
+        if (cap > (1u << 31)) { ferr(err, errlen, "metadata too large"); break; }
+    }
+    sym_free(sym);
+    return rc;
+}
+
+int mlz_symbolized_meta(mlz_raw_stack *stacks, size_t nstacks, mlz_raw_module *mods, size_t nmods,
+                        json_t *root, const char *kind, char **meta, size_t *len, char *err, size_t errlen)
+{
+    fin f = { .stacks = stacks, .nstacks = nstacks, .mods = mods, .nmods = nmods };
+    f.files = json_object();
+    f.funcs = json_object();
+    int rc = f.files && f.funcs ? make_meta(&f, root, kind, meta, len, err, errlen)
+                                : ferr(err, errlen, "out of memory");
+    json_decref(f.files);
+    json_decref(f.funcs);
+    return rc;
+}
+
 int mlz_finalize(const char *spool_path, const char *out, const char *kind, int compress,
                  int replace, char *err, size_t errlen)
 {
     fin f = { 0 };
     int rc = -1;
     mlz_error e = { 0 };
-    symbolizer *sym = NULL;
     char *meta = NULL;
     mlz_reader *r = mlz_reader_open(spool_path, MLZ_READ_TRUNCATED_OK, &e);
     if (!r) return ferr(err, errlen, "%s: %s: %s", spool_path, mlz_rule_name(e.rule), e.msg);
@@ -230,15 +272,6 @@ int mlz_finalize(const char *spool_path, const char *out, const char *kind, int 
     }
     f.files = json_object();
     f.funcs = json_object();
-    /* Marker names keep their ids: the events refer to them. */
-    for (size_t i = 0; i < m->nfunctions; i++) {
-        while (f.nfuncs < m->func_ids[i]) {
-            char gap[32];
-            snprintf(gap, sizeof gap, "(unused %llu)", (unsigned long long)f.nfuncs);
-            intern(f.funcs, &f.nfuncs, gap);
-        }
-        intern(f.funcs, &f.nfuncs, m->functions[i]);
-    }
 
     mlz_event ev;
     int k;
@@ -254,24 +287,8 @@ int mlz_finalize(const char *spool_path, const char *out, const char *kind, int 
     }
     f.truncated = mlz_reader_was_truncated(r);
 
-    sym = sym_new();
-    if (!sym) { ferr(err, errlen, "cannot start libdw"); goto out; }
-    for (size_t i = 0; i < f.nmods; i++)
-        sym_add_module(sym, f.mods[i].path, f.mods[i].start, f.mods[i].size, f.mods[i].bias,
-                       f.mods[i].build_id, f.mods[i].blen);
-    sym_ready(sym);
-
-    size_t cap = 1 << 20, ml = 0;
-    for (;;) {
-        meta = malloc(cap);
-        if (!meta) { ferr(err, errlen, "out of memory"); goto out; }
-        /* Interning is repeatable: same strings get the same ids again. */
-        if ((ml = build_meta(&f, sym, m->root, kind ? kind : "trace", meta, cap))) break;
-        free(meta);
-        meta = NULL;
-        cap *= 4;
-        if (cap > (1u << 31)) { ferr(err, errlen, "metadata too large"); goto out; }
-    }
+    size_t ml = 0;
+    if (make_meta(&f, m->root, kind ? kind : "trace", &meta, &ml, err, errlen)) goto out;
 
     /* Pass 2: the events. */
     uint64_t start = mlz_reader_header(r)->start_us;
@@ -304,7 +321,6 @@ int mlz_finalize(const char *spool_path, const char *out, const char *kind, int 
     rc = 0;
 out:
     if (r) mlz_reader_close(r);
-    sym_free(sym);
     free(meta);
     for (size_t i = 0; i < f.nstacks; i++) free(f.stacks[i].pcs);
     free(f.stacks);

@@ -5,11 +5,34 @@
 #ifndef MLZ_FINALIZE_H
 #define MLZ_FINALIZE_H
 
+#include <jansson.h>
 #include <stddef.h>
+#include <stdint.h>
+
+/* A stack as raw return addresses, and a module as it was mapped. */
+typedef struct mlz_raw_stack {
+    uint64_t id;
+    uint32_t depth;
+    uint64_t *pcs;            /* leaf first */
+} mlz_raw_stack;
+
+typedef struct mlz_raw_module {
+    uint64_t start, size, bias;
+    uint8_t build_id[64];
+    size_t blen;
+    char *path;
+} mlz_raw_module;
 
 /* 0, or -1 with a one-line reason in err. Never leaves a partial OUT.
  * kind: "trace" (a recording) or "snapshot" (the live heap at one moment). */
 int mlz_finalize(const char *spool, const char *out, const char *kind, int compress, int replace,
                  char *err, size_t errlen);
+
+/* The metadata for stacks and modules already in memory (memlyze
+ * snapshot): symbolized like mlz_finalize does; root supplies the copied
+ * keys (rate, pid, exe, cmdline, clock, memlyze) and "functions" (marker
+ * names, kept under their ids). *meta is malloc'd. 0 or -1 with err. */
+int mlz_symbolized_meta(mlz_raw_stack *stacks, size_t nstacks, mlz_raw_module *mods, size_t nmods,
+                        json_t *root, const char *kind, char **meta, size_t *len, char *err, size_t errlen);
 
 #endif

@@ -9,8 +9,8 @@
  * that are consistent: a published pointer whose check word matches its
  * fields (an entry being inserted or removed while we copy fails the check
  * and is read again, up to a few times, then skipped and counted). The
- * entries and their stacks become a spool that the finalize step
- * symbolizes like any other, into a .mlyze of kind "snapshot".
+ * stacks are symbolized like finalize does (mlz_symbolized_meta) and the
+ * entries written straight into a .mlyze of kind "snapshot".
  */
 #include "snapshot.h"
 #include "finalize.h"
@@ -19,10 +19,10 @@
 #include "jsonw.h"
 #include "mlz_format.h"
 #include "procmem.h"
-#include "spool_records.h"
 #include "varint.h"
 
 #include <errno.h>
+#include <jansson.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -107,8 +107,11 @@ int mlz_snapshot(pid_t pid, const char *out, int compress, snapshot_stats *st, c
     size_t nmods = 0;
     uint8_t *slots = NULL;
     snap_obj *live = NULL;
-    uint8_t *seen = NULL;
-    char spool[64] = "";
+    mlz_raw_stack *stacks = NULL;
+    size_t nst = 0, cst = 64;
+    mlz_raw_module *rmods = NULL;
+    json_t *root = NULL;
+    char *meta = NULL;
     memset(st, 0, sizeof *st);
 
     if (kill(pid, 0) && errno == ESRCH) return serr(err, errlen, "no process %d", (int)pid);
@@ -189,14 +192,57 @@ int mlz_snapshot(pid_t pid, const char *out, int compress, snapshot_stats *st, c
     st->live = nlive;
     if (sort_by_time(live, nlive)) { serr(err, errlen, "out of memory"); goto out; }
 
-    /* The spool: modules, the stacks the entries name, the entries. */
-    snprintf(spool, sizeof spool, "/tmp/memlyze-snap.%d.XXXXXX", (int)getpid());
-    int tfd = mkstemp(spool);
-    if (tfd < 0) { serr(err, errlen, "cannot create a temporary file: %s", strerror(errno)); spool[0] = 0; goto out; }
-    close(tfd);
-    unlink(spool);
-    static char meta[8192], exe[4096], cmdline[4096];
-    char p[64];
+    /* The stacks the entries name, read once each; ids we cannot read (and
+     * 0, "none") share one empty stack. */
+    uint64_t empty_id = (uint64_t)next_id + 1;
+    uint32_t *slot_of = calloc((size_t)next_id + 2, sizeof *slot_of);   /* id -> stacks index + 1 */
+    stacks = malloc(cst * sizeof *stacks);
+    if (!slot_of || !stacks) { free(slot_of); serr(err, errlen, "out of memory"); goto out; }
+    for (size_t i = 0; i < nlive; i++) {
+        uint64_t id = live[i].stack_id;
+        if (id == 0 || id >= next_id) { live[i].stack_id = (uint32_t)empty_id; id = empty_id; }
+        if (slot_of[id]) continue;
+        uint64_t pcs[256];
+        uint32_t ready = 0, depth = 0;
+        uint64_t foff = 0;
+        if (id != empty_id) {
+            uint8_t rec[256];
+            if (in.rec_size <= sizeof rec && !pm_read(pid, recs + id * in.rec_size, rec, in.rec_size)) {
+                memcpy(&ready, rec + in.rec_ready, 4);
+                memcpy(&depth, rec + in.rec_depth, 4);
+                memcpy(&foff, rec + in.rec_frames_offset, 8);
+            }
+            if (ready != 1 || depth > in.max_frames || depth > 256 || pm_read(pid, frames + foff * 8, pcs, depth * 8)) {
+                live[i].stack_id = (uint32_t)empty_id;   /* unreadable: the empty stack */
+                st->no_stack++;
+                if (slot_of[empty_id]) continue;
+                id = empty_id;
+                depth = 0;
+            }
+        }
+        if (nst == cst) {
+            mlz_raw_stack *nv = realloc(stacks, 2 * cst * sizeof *nv);
+            if (!nv) { free(slot_of); serr(err, errlen, "out of memory"); goto out; }
+            stacks = nv;
+            cst *= 2;
+        }
+        stacks[nst] = (mlz_raw_stack){ id, id == empty_id ? 0 : depth, malloc((depth ? depth : 1) * 8) };
+        if (!stacks[nst].pcs) { free(slot_of); serr(err, errlen, "out of memory"); goto out; }
+        memcpy(stacks[nst].pcs, pcs, (size_t)stacks[nst].depth * 8);
+        slot_of[id] = (uint32_t)++nst;
+    }
+    free(slot_of);
+
+    rmods = calloc(nmods ? nmods : 1, sizeof *rmods);
+    if (!rmods) { serr(err, errlen, "out of memory"); goto out; }
+    for (size_t i = 0; i < nmods; i++) {
+        rmods[i] = (mlz_raw_module){ mods[i].start, mods[i].end - mods[i].start, mods[i].bias, { 0 },
+                                     mods[i].build_id_len, mods[i].path };
+        memcpy(rmods[i].build_id, mods[i].build_id, mods[i].build_id_len);
+    }
+
+    /* The keys a profile carries, as the payload's spool would have them. */
+    char p[64], exe[4096], cmdline[4096];
     snprintf(p, sizeof p, "/proc/%d/exe", (int)pid);
     ssize_t k = readlink(p, exe, sizeof exe - 1);
     exe[k > 0 ? k : 0] = 0;
@@ -204,92 +250,52 @@ int mlz_snapshot(pid_t pid, const char *out, int compress, snapshot_stats *st, c
     int cfd = open(p, O_RDONLY | O_CLOEXEC);
     ssize_t cl = cfd >= 0 ? read(cfd, cmdline, sizeof cmdline) : 0;
     if (cfd >= 0) close(cfd);
-    mlz_jw w;
-    mlz_jw_init(&w, meta, sizeof meta);
-    mlz_jw_obj(&w, NULL);
-    mlz_jw_str(&w, "kind", "spool");
-    mlz_jw_str(&w, "memlyze", "1");
-    mlz_jw_u64(&w, "rate", rate);
-    mlz_jw_i64(&w, "pid", pid);
-    mlz_jw_str(&w, "exe", exe);
-    mlz_jw_arr(&w, "cmdline");
+    root = json_object();
+    json_t *args = json_array();
     for (ssize_t i = 0; i < cl;) {
         size_t l = strnlen(cmdline + i, (size_t)(cl - i));
-        mlz_jw_strn(&w, NULL, cmdline + i, l);
+        json_array_append_new(args, json_stringn(cmdline + i, l));
         i += (ssize_t)l + 1;
     }
-    mlz_jw_end(&w);
-    mlz_jw_str(&w, "clock", "realtime");
-    mlz_jw_obj(&w, "stack_traces"); mlz_jw_end(&w);
-    mlz_jw_obj(&w, "files"); mlz_jw_end(&w);
-    mlz_jw_obj(&w, "functions"); mlz_jw_idkey_str(&w, 0, "memlyze:snapshot"); mlz_jw_end(&w);
-    mlz_jw_end(&w);
-    if (mlz_jw_ok(&w)) { serr(err, errlen, "metadata too large"); goto out; }
+    json_object_set_new(root, "memlyze", json_string("1"));
+    json_object_set_new(root, "rate", json_integer((json_int_t)rate));
+    json_object_set_new(root, "pid", json_integer(pid));
+    json_object_set_new(root, "exe", json_string(exe));
+    json_object_set_new(root, "cmdline", args);
+    json_object_set_new(root, "clock", json_string("realtime"));
+    json_t *fns = json_object();
+    json_object_set_new(fns, "0", json_string("memlyze:snapshot"));
+    json_object_set_new(root, "functions", fns);
+    size_t ml;
+    if (mlz_symbolized_meta(stacks, nst, rmods, nmods, root, "snapshot", &meta, &ml, err, errlen)) goto out;
 
+    /* The file: one ALLOC per live sample in birth order, then the marker. */
     struct timespec now;
     clock_gettime(CLOCK_REALTIME, &now);
     uint64_t now_us = (uint64_t)now.tv_sec * 1000000 + (uint64_t)now.tv_nsec / 1000;
     uint64_t start_us = nlive ? (live[0].time_ns + mono2real) / 1000 : now_us;
-    static uint8_t buf[MLZ_BLOCK_SIZE];
+    static uint8_t buf[MLZ_BLOCK_SIZE], zbuf[MLZ_LZ4_BOUND];
     static mlz_writer wr;
-    mlz_writer_opts o = { .start_us = start_us, .meta = meta, .meta_len = w.len, .mode = 0600,
-                          .buf = buf, .buf_size = sizeof buf };
-    if (mlz_writer_open(&wr, spool, &o)) { serr(err, errlen, "cannot write %s", spool); goto out; }
-    for (size_t i = 0; i < nmods; i++) {
-        static uint8_t r[MLZ_SPOOL_MODULE_MAX];
-        size_t n = mlz_spool_module(r, mods[i].start, mods[i].end - mods[i].start, mods[i].bias,
-                                  mods[i].build_id, mods[i].build_id_len, mods[i].path);
-        mlz_writer_ext(&wr, MLZ_EV_MODULE, start_us, r, n);
-    }
-    seen = calloc((size_t)next_id / 8 + 2, 1);
-    if (!seen) { mlz_writer_abort(&wr); serr(err, errlen, "out of memory"); goto out; }
-    /* Stack id 0 ("none") and ids we cannot read become an empty stack. */
-    uint64_t empty_id = (uint64_t)next_id + 1;
-    int empty_written = 0;
-    for (size_t i = 0; i < nlive; i++) {
-        uint64_t t = (live[i].time_ns + mono2real) / 1000;
-        uint64_t id = live[i].stack_id;
-        int ok = 0;
-        if (id > 0 && id < next_id && (seen[id / 8] >> (id % 8) & 1)) ok = 1;
-        else if (id > 0 && id < next_id) {
-            uint8_t rec[256];
-            uint32_t ready = 0, depth = 0;
-            uint64_t foff = 0;
-            if (in.rec_size <= sizeof rec && !pm_read(pid, recs + id * in.rec_size, rec, in.rec_size)) {
-                memcpy(&ready, rec + in.rec_ready, 4);
-                memcpy(&depth, rec + in.rec_depth, 4);
-                memcpy(&foff, rec + in.rec_frames_offset, 8);
-            }
-            uint64_t pcs[256];
-            if (ready == 1 && depth <= in.max_frames && depth <= 256 &&
-                !pm_read(pid, frames + foff * 8, pcs, depth * 8)) {
-                uint8_t r[MLZ_SPOOL_STACK_MAX(256)];
-                size_t n = mlz_spool_stack(r, id, pcs, depth);
-                mlz_writer_ext(&wr, MLZ_EV_STACK_RAW, t, r, n);
-                seen[id / 8] |= (uint8_t)(1u << (id % 8));
-                ok = 1;
-            }
-        }
-        if (!ok) {
-            if (!empty_written) {
-                uint8_t r[MLZ_SPOOL_STACK_MAX(0)];
-                size_t n = mlz_spool_stack(r, empty_id, NULL, 0);
-                mlz_writer_ext(&wr, MLZ_EV_STACK_RAW, t, r, n);
-                empty_written = 1;
-            }
-            id = empty_id;
-            st->no_stack++;
-        }
-        mlz_writer_alloc(&wr, t, live[i].addr, live[i].size, id, (uint16_t)live[i].tid);
-    }
-    mlz_writer_marker(&wr, now_us, 0);
-    if (mlz_writer_close(&wr)) { serr(err, errlen, "cannot write %s: %s", spool, strerror(-wr.err)); goto out; }
-    rc = mlz_finalize(spool, out, "snapshot", compress, 0, err, errlen);
+    mlz_writer_opts o = { .start_us = start_us, .meta = meta, .meta_len = ml, .mode = 0600,
+                          .flags = compress ? MLZ_FLAG_LZ4 : 0, .buf = buf, .buf_size = sizeof buf,
+                          .zbuf = zbuf, .zbuf_size = sizeof zbuf };
+    int we = mlz_writer_open(&wr, out, &o);
+    for (size_t i = 0; !we && i < nlive; i++)
+        we = mlz_writer_alloc(&wr, (live[i].time_ns + mono2real) / 1000, live[i].addr, live[i].size,
+                              live[i].stack_id, (uint16_t)live[i].tid);
+    if (!we) we = mlz_writer_marker(&wr, now_us, 0);
+    if (!we) we = mlz_writer_close(&wr);
+    else mlz_writer_abort(&wr);
+    if (we) { serr(err, errlen, "%s: %s", out, strerror(-we)); goto out; }
+    rc = 0;
 out:
-    if (spool[0]) unlink(spool);
+    for (size_t i = 0; stacks && i < nst; i++) free(stacks[i].pcs);
+    free(stacks);
     pm_free_modules(mods, nmods);
     free(slots);
     free(live);
-    free(seen);
+    free(rmods);
+    free(meta);
+    json_decref(root);
     return rc;
 }
