@@ -59,13 +59,8 @@ int main(int argc, char **argv)
         }
     }
     if (argc - optind != 1) return die_usage("need exactly one PID");
-    /* A busy target's threads compete with us for the CPU, before the
-     * window too (best effort: needs CAP_SYS_NICE). */
-    if (setpriority(PRIO_PROCESS, 0, -20)) {}
-    char *end;
-    long lp = strtol(argv[optind], &end, 10);
-    if (*end || lp <= 0 || lp > INT_MAX) return die_usage("PID must be a process id");
-    pid_t pid = (pid_t)lp;
+    pid_t pid = mlz__cli_pid(argv[optind]);
+    if (pid <= 0) return die_usage("PID must be a process id");
 
     mlz_target t;
     mlz_state st;

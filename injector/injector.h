@@ -252,4 +252,8 @@ int  mlz__default_payload(char *buf, size_t cap);
 /* Runs `memlyze finalize -o OUT SPOOL`; 0 on success. */
 int  mlz__finalize(const char *spool, const char *out);
 
+/* attach_main.c, detach_main.c share: the PID argument (-1 if it is not
+ * one); also raises our priority for the window (session.c). */
+pid_t mlz__cli_pid(const char *arg);
+
 #endif

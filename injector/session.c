@@ -14,6 +14,10 @@
  */
 #include "injector.h"
 
+#include <stdlib.h>
+
+#include <limits.h>
+
 #include <errno.h>
 #include <signal.h>
 #include <string.h>
@@ -172,4 +176,15 @@ int mlz__session_end(mlz_session *s)
     mlz__threads_free(&s->g);
     if (s->blocked) { sigprocmask(SIG_SETMASK, &s->oldmask, NULL); s->blocked = 0; }
     return rc;
+}
+
+pid_t mlz__cli_pid(const char *arg)
+{
+    char *end;
+    long lp = strtol(arg, &end, 10);
+    if (*end || lp <= 0 || lp > INT_MAX) return -1;
+    /* A busy target's threads compete with us for the CPU, before the
+     * window too (best effort: needs CAP_SYS_NICE). */
+    if (setpriority(PRIO_PROCESS, 0, -20)) {}
+    return (pid_t)lp;
 }
