@@ -322,59 +322,58 @@ void mlz_heapmap_cancel(mlz_heapmap *m, int64_t slot)
     atomic_store_explicit(&e->pending, 0, memory_order_release);
 }
 
-int mlz_heapmap_remove(mlz_heapmap *m, uint64_t ptr, mlz_heap_entry *out_copy)
+/* The probe walk that remove and contains share: from probe *i on, the
+ * next slot holding ptr (published, or RESERVED for it), or NULL when the
+ * chain ends. Acquire loads pair with publish (fields) and reserve (pending).
+ * On a hit *i is that probe's number, so a caller can go on from *i + 1. */
+static mlz_heap_entry *find_from(const mlz_heapmap *m, uint64_t ptr, uint64_t *i)
 {
-    if (!is_pointer(ptr)) return 0;
     uint64_t home = home_of(m, ptr), limit = probe_limit(m);
     /* relaxed: see note_probe(). */
     uint64_t reach = atomic_load_explicit(&m->max_probe, memory_order_relaxed);
     if (reach < limit) limit = reach;
-
-    for (uint64_t i = 0; i < limit; i++) {
-        mlz_heap_entry *e = &m->slots[probe_at(m, home, i)];
-        /* acquire: pairs with publish (fields) and with reserve (pending). */
+    for (; *i < limit; (*i)++) {
+        mlz_heap_entry *e = &m->slots[probe_at(m, home, *i)];
         uint64_t k = atomic_load_explicit(&e->key, memory_order_acquire);
         if (k == ptr || (k == MLZ_HEAP_RESERVED &&
-                         atomic_load_explicit(&e->pending, memory_order_acquire) == ptr)) {
-            switch (end_entry(e, ptr, out_copy)) {
-            case END_LIVE:
-                stat_add(&m->removes, 1);
-                atomic_fetch_sub_explicit(&m->live, 1, memory_order_relaxed);
-                return 1;
-            case END_BIRTH:
-                stat_add(&m->death_during_birth, 1);
-                if (out_copy) {
-                    memset(out_copy, 0, sizeof *out_copy);
-                    atomic_init(&out_copy->key, ptr);
-                }
-                return 1;
-            case END_CANCELLED:
-                return 0;
-            default:
-                continue; /* cancelled under us; ptr lives nowhere else */
+                         atomic_load_explicit(&e->pending, memory_order_acquire) == ptr))
+            return e;
+        if (k == MLZ_HEAP_EMPTY && chain_ends(e)) return NULL;
+    }
+    return NULL;
+}
+
+int mlz_heapmap_remove(mlz_heapmap *m, uint64_t ptr, mlz_heap_entry *out_copy)
+{
+    if (!is_pointer(ptr)) return 0;
+    mlz_heap_entry *e;
+    for (uint64_t i = 0; (e = find_from(m, ptr, &i)); i++) {
+        switch (end_entry(e, ptr, out_copy)) {
+        case END_LIVE:
+            stat_add(&m->removes, 1);
+            atomic_fetch_sub_explicit(&m->live, 1, memory_order_relaxed);
+            return 1;
+        case END_BIRTH:
+            stat_add(&m->death_during_birth, 1);
+            if (out_copy) {
+                memset(out_copy, 0, sizeof *out_copy);
+                atomic_init(&out_copy->key, ptr);
             }
+            return 1;
+        case END_CANCELLED:
+            return 0;
+        default:
+            continue; /* cancelled under us; ptr lives nowhere else */
         }
-        if (k == MLZ_HEAP_EMPTY && chain_ends(e)) return 0;
     }
     return 0;
 }
 
 int mlz_heapmap_contains(const mlz_heapmap *m, uint64_t ptr)
 {
-    if (!is_pointer(ptr)) return 0;
-    uint64_t home = home_of(m, ptr), limit = probe_limit(m);
-    uint64_t reach = atomic_load_explicit(&m->max_probe, memory_order_relaxed);
-    if (reach < limit) limit = reach;
-    for (uint64_t i = 0; i < limit; i++) {
-        mlz_heap_entry *e = &m->slots[probe_at(m, home, i)];
-        /* Same acquire loads as remove: a yes here means remove will find it. */
-        uint64_t k = atomic_load_explicit(&e->key, memory_order_acquire);
-        if (k == ptr || (k == MLZ_HEAP_RESERVED &&
-                         atomic_load_explicit(&e->pending, memory_order_acquire) == ptr))
-            return 1;
-        if (k == MLZ_HEAP_EMPTY && chain_ends(e)) return 0;
-    }
-    return 0;
+    uint64_t i = 0;
+    /* The same walk as remove: a yes here means remove will find it. */
+    return is_pointer(ptr) && find_from(m, ptr, &i) != NULL;
 }
 
 size_t mlz_heapmap_foreach(const mlz_heapmap *m,
