@@ -784,6 +784,32 @@ def frame_unsafe(name, module, filename):
     return None
 
 
+def parse_attach_args(argv):
+    """`memlyze attach` options (gdb and lldb): rate, output, lib, spool, unwind."""
+    rate, out, lib, spool, unwind = 512 * 1024, None, None, None, "dwarf"
+    a = list(argv)
+    while a:
+        x = a.pop(0)
+        if x in ("--rate", "-r", "--output", "-o", "--lib", "--spool", "--unwind") and not a:
+            raise MlzError("%s needs a value" % x)
+        if x in ("--rate", "-r"):
+            rate = parse_rate(a.pop(0))
+        elif x in ("--output", "-o"):
+            out = os.path.abspath(os.path.expanduser(a.pop(0)))
+        elif x == "--lib":
+            lib = os.path.abspath(os.path.expanduser(a.pop(0)))
+        elif x == "--spool":
+            spool = os.path.abspath(os.path.expanduser(a.pop(0)))
+        elif x == "--unwind":
+            unwind = a.pop(0)
+            if unwind not in ("fp", "dwarf"):
+                raise MlzError("--unwind takes fp or dwarf")
+        else:
+            raise MlzError("usage: memlyze attach [--rate N] [--output FILE] [--spool FILE] [--lib PATH] "
+                           "[--unwind fp|dwarf]")
+    return rate, out, lib, spool, unwind
+
+
 def parse_rate(s):
     m = re.match(r"^([0-9]+)([kKmM]?)(i?[bB])?$", s)
     if not m or int(m.group(1)) == 0:
@@ -1220,27 +1246,7 @@ F frames each (default 4). Reads memory only."""
         return inf
 
     def do_attach(argv):
-        rate, out, lib, spool, unwind = 512 * 1024, None, None, None, "dwarf"
-        a = list(argv)
-        while a:
-            x = a.pop(0)
-            if x in ("--rate", "-r", "--output", "-o", "--lib", "--spool", "--unwind") and not a:
-                raise MlzError("%s needs a value" % x)
-            if x in ("--rate", "-r"):
-                rate = parse_rate(a.pop(0))
-            elif x in ("--output", "-o"):
-                out = os.path.abspath(os.path.expanduser(a.pop(0)))
-            elif x == "--lib":
-                lib = os.path.abspath(os.path.expanduser(a.pop(0)))
-            elif x == "--spool":
-                spool = os.path.abspath(os.path.expanduser(a.pop(0)))
-            elif x == "--unwind":
-                unwind = a.pop(0)
-                if unwind not in ("fp", "dwarf"):
-                    raise MlzError("--unwind takes fp or dwarf")
-            else:
-                raise MlzError("usage: memlyze attach [--rate N] [--output FILE] [--spool FILE] [--lib PATH] "
-                               "[--unwind fp|dwarf]")
+        rate, out, lib, spool, unwind = parse_attach_args(argv)
         inf = _live_target()
         pid = inf.pid
         out = out or os.path.abspath("memlyze.%d.mlyze" % pid)

@@ -243,27 +243,7 @@ def _strerror(t, code):
 
 
 def do_attach(t, argv, say):
-    rate, out, lib, spool, unwind = 512 * 1024, None, None, None, "dwarf"
-    a = list(argv)
-    while a:
-        x = a.pop(0)
-        if x in ("--rate", "-r", "--output", "-o", "--lib", "--spool", "--unwind") and not a:
-            raise MlzError("%s needs a value" % x)
-        if x in ("--rate", "-r"):
-            rate = core.parse_rate(a.pop(0))
-        elif x in ("--output", "-o"):
-            out = os.path.abspath(os.path.expanduser(a.pop(0)))
-        elif x == "--lib":
-            lib = os.path.abspath(os.path.expanduser(a.pop(0)))
-        elif x == "--spool":
-            spool = os.path.abspath(os.path.expanduser(a.pop(0)))
-        elif x == "--unwind":
-            unwind = a.pop(0)
-            if unwind not in ("fp", "dwarf"):
-                raise MlzError("--unwind takes fp or dwarf")
-        else:
-            raise MlzError("usage: memlyze attach [--rate N] [--output FILE] [--spool FILE] [--lib PATH] "
-                           "[--unwind fp|dwarf]")
+    rate, out, lib, spool, unwind = core.parse_attach_args(argv)
     if t.is_core:
         raise MlzError("a core file cannot be profiled: attach and detach need a live process")
     out = out or os.path.abspath("memlyze.%d.mlyze" % t.pid)
