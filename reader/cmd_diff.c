@@ -6,6 +6,7 @@
  */
 #include "cli.h"
 #include "profile.h"
+#include "report.h"
 
 #include <getopt.h>
 #include <jansson.h>
@@ -61,23 +62,13 @@ static int collect(dtab *t, const prof *p, int side)
 }
 
 /* The live sites of path at time `at` (NULL: its end) go to one side. */
-static int load(const char *path, const char *at, dtab *t, int side)
+static int load(const char *path, const rep_at *at, dtab *t, int side)
 {
-    mlz_reader *r = cli_open("diff", path, 0);
-    if (!r) return -1;
-    uint64_t until = UINT64_MAX;
-    if (at && cli_parse_time(at, mlz_reader_header(r)->start_us, &until)) {
-        mlz_reader_close(r);
-        cli_error("diff", "'%s' is not a time (seconds since the start, or microseconds)", at);
-        return -1;
-    }
+    mlz_reader *r;
     prof p;
-    mlz_error e = { 0 };
-    int rc = prof_replay(&p, r, until, &e);
-    if (rc) cli_print_format_error("diff", path, &e);
-    else rc = collect(t, &p, side);
-    prof_free(&p);
-    mlz_reader_close(r);
+    if (rep_load("diff", path, at, &r, &p)) return -1;
+    int rc = collect(t, &p, side);
+    rep_unload(r, &p);
     return rc;
 }
 
@@ -92,7 +83,7 @@ static int run(int argc, char **argv)
 {
     long n = 10;
     int c, as_json = 0;
-    const char *from = NULL, *to = NULL;
+    rep_at from = { NULL }, to = { NULL };
     static const struct option opts[] = {
         { "from", required_argument, 0, 'F' }, { "to", required_argument, 0, 'T' },
         { "json", no_argument, 0, 'j' }, { 0, 0, 0, 0 } };
@@ -101,19 +92,21 @@ static int run(int argc, char **argv)
         if (c == 'n') {
             n = strtol(optarg, &end, 10);
             if (*end || n <= 0) return cli_usage_error(&cmd_diff, "-n needs a positive number");
-        } else if (c == 'F') from = optarg;
-        else if (c == 'T') to = optarg;
+        } else if (c == 'F' || c == 'T') {
+            if (rep_parse_at(optarg, c == 'F' ? &from : &to))
+                return cli_usage_error(&cmd_diff, "'%s' is not a time (seconds since the start, or microseconds)", optarg);
+        }
         else if (c == 'j') as_json = 1;
         else return cli_usage_error(&cmd_diff, "bad option");
     }
     int nfiles = argc - optind;
-    if ((from || to) ? nfiles != 1 : nfiles != 2)
-        return cli_usage_error(&cmd_diff, (from || to) ? "--from/--to take exactly one FILE" : "need two files, A and B");
+    if ((from.s || to.s) ? nfiles != 1 : nfiles != 2)
+        return cli_usage_error(&cmd_diff, (from.s || to.s) ? "--from/--to take exactly one FILE" : "need two files, A and B");
     const char *a = argv[optind], *b = nfiles == 2 ? argv[optind + 1] : argv[optind];
 
     dtab t = { json_object(), NULL, 0, 0 };
-    int rc = load(a, from, &t, 0);
-    if (!rc) rc = load(b, to, &t, 1);
+    int rc = load(a, &from, &t, 0);
+    if (!rc) rc = load(b, &to, &t, 1);
     if (rc) { json_decref(t.index); free(t.v); return 1; }
     qsort(t.v, t.n, sizeof *t.v, cmp_growth);
 
@@ -122,8 +115,8 @@ static int run(int argc, char **argv)
     char b1[32], b2[32], b3[32], b4[32];
     if (as_json) {
         json_t *root = json_object(), *arr = json_array();
-        json_object_set_new(root, "a", json_string(from ? from : a));
-        json_object_set_new(root, "b", json_string(to ? to : b));
+        json_object_set_new(root, "a", json_string(from.s ? from.s : a));
+        json_object_set_new(root, "b", json_string(to.s ? to.s : b));
         json_object_set_new(root, "growth_bytes", json_real(tb - ta));
         json_object_set_new(root, "growth_bytes_ci95", json_real(1.96 * sqrt(tva + tvb)));
         for (size_t i = 0; i < t.n && i < (size_t)n; i++) {

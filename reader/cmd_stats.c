@@ -3,6 +3,7 @@
  */
 #include "cli.h"
 #include "profile.h"
+#include "report.h"
 
 #include <jansson.h>
 #include <string.h>
@@ -15,16 +16,9 @@ static void fmt_time(uint64_t us, char *buf, size_t len)
 static int run(int argc, char **argv)
 {
     if (argc != 2) return cli_usage_error(&cmd_stats, argc < 2 ? "no file given" : "one file at a time");
-    mlz_reader *r = cli_open("stats", argv[1], 0);
-    if (!r) return 1;
+    mlz_reader *r;
     prof p;
-    mlz_error e = { 0 };
-    if (prof_replay(&p, r, UINT64_MAX, &e)) {
-        cli_print_format_error("stats", argv[1], &e);
-        prof_free(&p);
-        mlz_reader_close(r);
-        return 1;
-    }
+    if (rep_load("stats", argv[1], NULL, &r, &p)) return 1;
     const mlz_header *h = mlz_reader_header(r);
     const mlz_meta *m = p.meta;
     static const char *names[] = { "alloc", "free", "gc", "marker", "extension" };
@@ -65,8 +59,7 @@ static int run(int argc, char **argv)
         json_object_foreach(ctr, k, v) printf("  %-26s %lld\n", k, (long long)json_integer_value(v));
     }
     if (p.unmatched_frees) printf("unmatched frees: %llu (of allocations not recorded)\n", (unsigned long long)p.unmatched_frees);
-    prof_free(&p);
-    mlz_reader_close(r);
+    rep_unload(r, &p);
     return 0;
 }
 

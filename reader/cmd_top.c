@@ -3,6 +3,7 @@
  */
 #include "cli.h"
 #include "profile.h"
+#include "report.h"
 
 #include <getopt.h>
 #include <jansson.h>
@@ -32,7 +33,7 @@ static int run(int argc, char **argv)
 {
     long n = 10, frames = 4;
     int c, as_json = 0;
-    const char *at = NULL;
+    rep_at at = { NULL };
     g_by = BY_LIVE;
     static const struct option opts[] = {
         { "by", required_argument, 0, 'b' }, { "frames", required_argument, 0, 'f' },
@@ -52,7 +53,7 @@ static int run(int argc, char **argv)
             as_json = 1;
             break;
         case 'a':
-            at = optarg;
+            if (rep_parse_at(optarg, &at)) return cli_usage_error(&cmd_top, "%s", "--at takes seconds since the start or an absolute time in microseconds");
             break;
         case 'b':
             if (!strcmp(optarg, "live")) g_by = BY_LIVE;
@@ -67,21 +68,9 @@ static int run(int argc, char **argv)
     }
     if (argc - optind != 1) return cli_usage_error(&cmd_top, "need exactly one FILE");
     const char *path = argv[optind];
-    mlz_reader *r = cli_open("top", path, 0);
-    if (!r) return 1;
+    mlz_reader *r;
     prof p;
-    mlz_error e = { 0 };
-    uint64_t until = UINT64_MAX;
-    if (at && cli_parse_time(at, mlz_reader_header(r)->start_us, &until)) {
-        mlz_reader_close(r);
-        return cli_usage_error(&cmd_top, "--at takes seconds since the start or an absolute time in microseconds");
-    }
-    if (prof_replay(&p, r, until, &e)) {
-        cli_print_format_error("top", path, &e);
-        prof_free(&p);
-        mlz_reader_close(r);
-        return 1;
-    }
+    if (rep_load("top", path, &at, &r, &p)) return 1;
 
     prof_site **order = malloc((p.nsites ? p.nsites : 1) * sizeof *order);
     size_t k = 0;
@@ -132,8 +121,7 @@ static int run(int argc, char **argv)
         putchar('\n');
         json_decref(root);
         free(order);
-        prof_free(&p);
-        mlz_reader_close(r);
+        rep_unload(r, &p);
         return 0;
     }
 
@@ -177,8 +165,7 @@ static int run(int argc, char **argv)
     }
     if (k == 0) printf("(no allocation sites)\n");
     free(order);
-    prof_free(&p);
-    mlz_reader_close(r);
+    rep_unload(r, &p);
     return 0;
 }
 

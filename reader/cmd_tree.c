@@ -5,6 +5,7 @@
  */
 #include "cli.h"
 #include "profile.h"
+#include "report.h"
 
 #include <getopt.h>
 #include <stdlib.h>
@@ -72,7 +73,7 @@ static int run(int argc, char **argv)
     int c, inverted = 0, allocated = 0;
     g_min = 0.01;
     g_depth = 64;
-    const char *at = NULL;
+    rep_at at = { NULL };
     static const struct option opts[] = {
         { "inverted", no_argument, 0, 'i' }, { "metric", required_argument, 0, 'm' },
         { "min-share", required_argument, 0, 's' }, { "depth", required_argument, 0, 'd' },
@@ -94,27 +95,17 @@ static int run(int argc, char **argv)
             g_depth = (int)strtol(optarg, &end, 10);
             if (*end || g_depth <= 0) return cli_usage_error(&cmd_tree, "--depth takes a positive number");
             break;
-        case 'a': at = optarg; break;
+        case 'a':
+            if (rep_parse_at(optarg, &at)) return cli_usage_error(&cmd_tree, "%s", "--at takes seconds since the start or an absolute time in microseconds");
+            break;
         default: return cli_usage_error(&cmd_tree, "bad option");
         }
     }
     if (argc - optind != 1) return cli_usage_error(&cmd_tree, "need exactly one FILE");
     const char *path = argv[optind];
-    mlz_reader *r = cli_open("tree", path, 0);
-    if (!r) return 1;
-    uint64_t until = UINT64_MAX;
-    if (at && cli_parse_time(at, mlz_reader_header(r)->start_us, &until)) {
-        mlz_reader_close(r);
-        return cli_usage_error(&cmd_tree, "--at takes seconds since the start or microseconds");
-    }
+    mlz_reader *r;
     prof p;
-    mlz_error e = { 0 };
-    if (prof_replay(&p, r, until, &e)) {
-        cli_print_format_error("tree", path, &e);
-        prof_free(&p);
-        mlz_reader_close(r);
-        return 1;
-    }
+    if (rep_load("tree", path, &at, &r, &p)) return 1;
     tree t = { 0 };
     t.cap = 1024;
     t.v = calloc((size_t)t.cap, sizeof *t.v);
@@ -150,8 +141,7 @@ static int run(int argc, char **argv)
     print(&t, 0, 0, total);
     for (int i = 0; i < t.n; i++) free(t.v[i].name);
     free(t.v);
-    prof_free(&p);
-    mlz_reader_close(r);
+    rep_unload(r, &p);
     return 0;
 }
 

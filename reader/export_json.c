@@ -24,7 +24,7 @@ static json_t *frame_json(const mlz_meta *m, const mlz_frame *f)
 {
     char label[1024];
     const char *file = mlz_meta_file(m, f->file_id);
-    rep_frame_label(m, f, label, sizeof label);
+    prof_frame_label(m, f, label, sizeof label);
     return json_pack("{s:s, s:s, s:i, s:s, s:i, s:I, s:b}", "function", rep_func(m, f),
                      "file", file ? file : "", "line", (int)f->line, "label", label,
                      "module", (int)f->module, "address", (json_int_t)rep_frame_pc(m, f),

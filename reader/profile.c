@@ -174,15 +174,21 @@ int prof_replay_opts(prof *p, mlz_reader *r, const prof_opts *opt, mlz_error *er
     return 0;
 }
 
-void prof_frame_name(const mlz_meta *m, const mlz_frame *f, char *buf, size_t len)
+void prof_frame_label(const mlz_meta *m, const mlz_frame *f, char *buf, size_t len)
 {
     const char *fn = mlz_meta_function(m, f->func_id), *file = mlz_meta_file(m, f->file_id);
     const char *base = file ? strrchr(file, '/') : NULL;
     base = base ? base + 1 : file;
-    if (base && *base && f->line)
-        snprintf(buf, len, "%s (%s:%u)%s", fn ? fn : "??", base, f->line, f->inlined ? " [inlined]" : "");
-    else
-        snprintf(buf, len, "%s%s", fn ? fn : "??", f->inlined ? " [inlined]" : "");
+    if (!fn || !*fn) fn = "??";
+    if (base && *base && f->line) snprintf(buf, len, "%s (%s:%u)", fn, base, f->line);
+    else snprintf(buf, len, "%s", fn);
+}
+
+void prof_frame_name(const mlz_meta *m, const mlz_frame *f, char *buf, size_t len)
+{
+    prof_frame_label(m, f, buf, len);
+    size_t n = strlen(buf);
+    if (f->inlined && n < len) snprintf(buf + n, len - n, " [inlined]");
 }
 
 size_t prof_site_key(const mlz_meta *m, const mlz_stack *st, char *buf, size_t len)

@@ -60,7 +60,9 @@ int  prof_replay_opts(prof *p, mlz_reader *r, const prof_opts *o, mlz_error *err
 /* "func|file|line;..." of a site's frames: the identity of a site across
  * files (diff), independent of ids and addresses. Returns the length. */
 size_t prof_site_key(const mlz_meta *m, const mlz_stack *st, char *buf, size_t len);
-/* "func (file:line)" of one frame. */
+/* "func (file:line)" of one frame; prof_frame_name adds " [inlined]" for
+ * a frame inlined into the next one. */
+void prof_frame_label(const mlz_meta *m, const mlz_frame *f, char *buf, size_t len);
 void prof_frame_name(const mlz_meta *m, const mlz_frame *f, char *buf, size_t len);
 void prof_free(prof *p);
 double est_ci95(const est *e);   /* half-width of the 95% interval */

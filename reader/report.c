@@ -84,17 +84,6 @@ const char *rep_func(const mlz_meta *m, const mlz_frame *f)
     return fn && *fn ? fn : "??";
 }
 
-void rep_frame_label(const mlz_meta *m, const mlz_frame *f, char *buf, size_t len)
-{
-    const char *file = mlz_meta_file(m, f->file_id);
-    const char *base = file ? strrchr(file, '/') : NULL;
-    base = base ? base + 1 : file;
-    if (base && *base && f->line)
-        snprintf(buf, len, "%s (%s:%u)", rep_func(m, f), base, f->line);
-    else
-        snprintf(buf, len, "%s", rep_func(m, f));
-}
-
 uint64_t rep_module_bias(const mlz_meta *m, size_t module)
 {
     if (module >= m->nmodules) return 0;

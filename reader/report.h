@@ -40,8 +40,6 @@ void rep_unload(mlz_reader *r, prof *p);
 
 /* The function's name, "??" when unknown. */
 const char *rep_func(const mlz_meta *m, const mlz_frame *f);
-/* "func (file.c:12)" with the file's base name, or "func" without a line. */
-void rep_frame_label(const mlz_meta *m, const mlz_frame *f, char *buf, size_t len);
 /* The frame's runtime address: the module's load bias + its module-relative
  * address (finalize stores pc - bias); 0 when unknown. */
 uint64_t rep_frame_pc(const mlz_meta *m, const mlz_frame *f);
