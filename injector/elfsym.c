@@ -18,6 +18,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <elfutils/libdwelf.h>
 #include <gelf.h>
 #include <libelf.h>
 #include <stdio.h>
@@ -256,18 +257,67 @@ int mlz__module_syms(pid_t pid, const mlz_module *m, const char *const *names, u
     return found;
 }
 
-int mlz__module_entry(pid_t pid, const mlz_module *m, uint64_t *entry)
+int mlz__module_cave(pid_t pid, const mlz_module *m, uint64_t *addr, size_t *len)
 {
     elfh h;
-    uint64_t bias;
-    GElf_Ehdr eh;
+    uint64_t bias, end = 0;
+    size_t n;
     int rc = elf_begin_module(pid, m, &h);
     if (rc) return rc;
-    if (!(rc = module_bias(m, h.e, &bias))) {
-        gelf_getehdr(h.e, &eh);
-        if (!eh.e_entry) { mlz__err("%s: no entry point", m->path); rc = MLZ_INJ_EELF; }
-        else *entry = eh.e_entry + bias;
+    if (!(rc = module_bias(m, h.e, &bias)) && !elf_getphdrnum(h.e, &n)) {
+        for (size_t i = 0; i < n; i++) {
+            GElf_Phdr ph;
+            if (!gelf_getphdr(h.e, (int)i, &ph) || ph.p_type != PT_LOAD || !(ph.p_flags & PF_X)) continue;
+            if (ph.p_vaddr + ph.p_memsz > end) end = ph.p_vaddr + ph.p_memsz;
+        }
     }
     elf_done(&h);
-    return rc;
+    if (rc) return rc;
+    if (!end) { mlz__err("%s: no executable segment", m->path); return MLZ_INJ_EELF; }
+    *addr = end + bias;
+    *len = (size_t)(((end + 4095) & ~(uint64_t)4095) - end);
+    return 0;
+}
+
+int mlz__module_info(pid_t pid, const mlz_module *m, const char *sym, uint64_t *addr, uint64_t *size,
+                     uint64_t *bias, char *debug_path, size_t cap)
+{
+    elfh h;
+    int rc = elf_begin_module(pid, m, &h);
+    if (rc) return rc;
+    if ((rc = module_bias(m, h.e, bias))) { elf_done(&h); return rc; }
+    *addr = *size = 0;
+    Elf_Scn *scn = NULL;
+    GElf_Shdr sh;
+    while (sym && (scn = elf_nextscn(h.e, scn))) {
+        if (!gelf_getshdr(scn, &sh) || sh.sh_type != SHT_DYNSYM) continue;
+        Elf_Data *d = elf_getdata(scn, NULL);
+        size_t count = sh.sh_entsize ? sh.sh_size / sh.sh_entsize : 0;
+        for (size_t i = 0; d && i < count; i++) {
+            GElf_Sym s;
+            const char *nm;
+            if (!gelf_getsym(d, (int)i, &s) || s.st_shndx == SHN_UNDEF) continue;
+            if ((nm = elf_strptr(h.e, sh.sh_link, s.st_name)) && strcmp(nm, sym) == 0) {
+                *addr = s.st_value + *bias;
+                *size = s.st_size;
+                break;
+            }
+        }
+    }
+    /* Separate debug info by build id, where distributions install it. */
+    const void *id;
+    ssize_t n = dwelf_elf_gnu_build_id(h.e, &id);
+    elf_done(&h);
+    if (debug_path && cap) {
+        debug_path[0] = 0;
+        if (n > 1 && (size_t)n * 2 + 40 < cap) {
+            const unsigned char *b = id;
+            const char *dir = getenv("MEMLYZE_DEBUG_DIR");     /* tests: another place, or none */
+            int k = snprintf(debug_path, cap, "%s/.build-id/%02x/", dir ? dir : "/usr/lib/debug", b[0]);
+            for (ssize_t i = 1; i < n; i++) k += snprintf(debug_path + k, cap - (size_t)k, "%02x", b[i]);
+            snprintf(debug_path + k, cap - (size_t)k, ".debug");
+            if (access(debug_path, R_OK)) debug_path[0] = 0;
+        }
+    }
+    return 0;
 }

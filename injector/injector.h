@@ -119,8 +119,13 @@ int mlz__match_payload(const char *path);   /* our memfd, or a file named libmem
 /* Runtime addresses of `names` (defined FUNC/OBJECT in .dynsym, default
  * version). Missing names are 0; returns how many were found, or < 0. */
 int mlz__module_syms(pid_t pid, const mlz_module *m, const char *const *names, uint64_t *addrs, int n);
-/* The module's ELF entry point, at runtime (an address no thread executes). */
-int mlz__module_entry(pid_t pid, const mlz_module *m, uint64_t *entry);
+/* One symbol's runtime address and size (0 if absent), the module's load
+ * bias, and its separate debug file by build id ("" if not installed). */
+int mlz__module_info(pid_t pid, const mlz_module *m, const char *sym, uint64_t *addr, uint64_t *size,
+                     uint64_t *bias, char *debug_path, size_t cap);
+/* Unused executable bytes: the tail of the page after the module's last
+ * executable segment, which no code reaches. */
+int mlz__module_cave(pid_t pid, const mlz_module *m, uint64_t *addr, size_t *len);
 
 /* ---- preflight.c: refuse clearly before touching the target */
 typedef struct mlz_target {
@@ -147,11 +152,17 @@ typedef struct mlz_remote {
     uint64_t data;                   /* argument area inside scratch */
     size_t data_len;
     uint64_t stack_top;              /* 16-byte aligned */
+    uint64_t image;                  /* the thread's XSAVE image and errno, for the self-restore */
+    uint64_t marker;                 /* rip after the restore stub's marker syscall */
+    uint64_t cave;                   /* the first syscall's stub (remote.c), and its old bytes */
+    size_t cave_len;
+    uint8_t cave_saved[512];
+    int cave_written;
     int last_stop;                   /* what kind of stop the thread sits in */
     int timeout_ms;
     int group_stop_seen;             /* a group stop came while we ran */
     int nice, boosted;               /* its nice value, raised while lent */
-    int let_go;                      /* a call timed out: the thread finishes it alone (remote.c) */
+    int let_go;                      /* a call timed out: detached, it finishes and restores itself */
     uint64_t errno_addr;             /* the thread's errno (its TLS), put back at the end */
     int32_t errno_val;
     /* The other threads stay held while we run, until release_at_us: then
@@ -166,9 +177,9 @@ int  mlz__remote_begin(mlz_remote *r, pid_t pid, pid_t tid, int timeout_ms);
 /* Remote syscall executed at `insn` (which must hold 0f 05); result in *ret. */
 int  mlz__remote_syscall_at(mlz_remote *r, uint64_t insn, long nr, const uint64_t a[6], int64_t *ret);
 int  mlz__remote_syscall(mlz_remote *r, long nr, const uint64_t a[6], int64_t *ret);
-/* Map the scratch area (code, data, stack); `syscall_insn` is a place whose
- * bytes we may borrow for the one syscall that maps it. */
-int  mlz__remote_map_scratch(mlz_remote *r, uint64_t borrow);
+/* Map the scratch area (code, data, stack, the self-restore); `cave` is
+ * unused executable memory (cave_len bytes) for the one syscall that maps it. */
+int  mlz__remote_map_scratch(mlz_remote *r, uint64_t cave, size_t cave_len);
 /* Call fn(a0..a5) on the scratch stack; result (rax) in *ret. */
 int  mlz__remote_call(mlz_remote *r, uint64_t fn, const uint64_t a[6], uint64_t *ret, int timeout_ms);
 /* Find the thread's errno (libc's __errno_location at `fn`) and remember
@@ -181,10 +192,33 @@ int  mlz__remote_put(mlz_remote *r, size_t off, const void *p, size_t n, uint64_
  * syscall). 0, or < 0 if the thread could not be restored. */
 int  mlz__remote_end(mlz_remote *r);
 
+/* ---- locks.c: glibc's locks an injected call may wait for, read from outside */
+typedef struct mlz_glibc_locks {
+    uint64_t rtld[3];                /* _dl_load_lock, _dl_load_write_lock, _dl_load_tls_lock */
+    uint64_t stack_cache;            /* _dl_stack_cache_lock (an int) */
+    uint64_t main_arena;             /* struct malloc_state: its mutex comes first */
+    uint64_t arena_next;             /* offset of malloc_state.next */
+    char source[96];                 /* where the offsets came from */
+} mlz_glibc_locks;
+enum { MLZ_LOCK_LOADER = 1, MLZ_LOCK_STACKS = 2, MLZ_LOCK_ARENA = 4 };
+/* Locate the locks in process pid; 0, or MLZ_INJ_EELF when this glibc is
+ * unknown and has no debug info (callers then rely on unwinding alone). */
+int mlz__locks_find(pid_t pid, mlz_glibc_locks *L);
+/* With every thread of g stopped: 0 if none is held, else the MLZ_LOCK_*
+ * kind of the first held one and a line in why ("thread 4711 (worker)
+ * holds ..."). */
+int mlz__locks_busy(const mlz_glibc_locks *L, mlz_tgroup *g, char *why, size_t cap);
+/* The thread's name (comm), "?" if gone. */
+const char *mlz__thread_name(pid_t pid, pid_t tid, char *buf, size_t cap);
+
+/* The payload names its drain thread so (payload/events.c). */
+#define MLZ_DRAIN_THREAD_NAME "memlyze-drain"
+
 /* ---- safepoint.c: pick a thread that holds no allocator or loader lock */
-/* Stops all threads (g), scans them, runs them briefly and retries until a
- * thread is at a safe point or timeout_ms passes. *tid gets the thread. */
-int mlz__safepoint_find(mlz_tgroup *g, int timeout_ms, pid_t *tid);
+/* Stops all threads (g), scans them and the locks L (NULL: unknown), runs
+ * them briefly and retries until a thread is at a safe point and no lock is
+ * held, or timeout_ms passes. *tid gets the thread. */
+int mlz__safepoint_find(mlz_tgroup *g, const mlz_glibc_locks *L, int timeout_ms, pid_t *tid);
 
 /* ---- load.c: put the payload into the target and call it */
 typedef struct mlz_loaded {

@@ -255,11 +255,17 @@ void mlz__payload_stats(mlz_remote *r, const mlz_loaded *l, int *modules, int *s
 int mlz__remote_prepare(mlz_remote *r)
 {
     static const char *const names[] = { "__errno_location" };
-    mlz_module libc;
-    uint64_t borrow, fn;
+    int (*const where[])(const char *) = { mlz__match_libc, mlz__match_ldso };
+    mlz_module libc, m;
+    uint64_t cave = 0, fn;
+    size_t cave_len = 0;
     int rc;
     if (mlz__module_find(r->pid, mlz__match_libc, &libc)) { mlz__err("no libc.so.6 in the target"); return MLZ_INJ_EELF; }
-    if ((rc = mlz__module_entry(r->pid, &libc, &borrow)) || (rc = mlz__remote_map_scratch(r, borrow))) return rc;
+    /* The first syscall needs a cave of ~300 bytes: libc's and ld.so's have
+     * kilobytes on the distributions we know. */
+    for (size_t i = 0; i < sizeof where / sizeof where[0] && cave_len < 512; i++)
+        if (mlz__module_find(r->pid, where[i], &m) == 0 && mlz__module_cave(r->pid, &m, &cave, &cave_len)) cave_len = 0;
+    if ((rc = mlz__remote_map_scratch(r, cave, cave_len))) return rc;
     if (mlz__module_syms(r->pid, &libc, names, &fn, 1) == 1 && (rc = mlz__remote_save_errno(r, fn))) return rc;
     return 0;
 }

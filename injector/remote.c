@@ -52,20 +52,16 @@
 #define SYNC_SIGS ((1ull << (SIGSEGV - 1)) | (1ull << (SIGBUS - 1)) | (1ull << (SIGILL - 1)) | \
                    (1ull << (SIGFPE - 1)) | (1ull << (SIGTRAP - 1)) | (1ull << (SIGSYS - 1)))
 
-/* Scratch layout: [code page][stack][data]. A stack overflow runs into the
- * read-only code page and faults (aborting cleanly) instead of into data. */
+/* Scratch layout: [code page][stack][data][restore image]. A stack overflow
+ * runs into the read-only code page and faults instead of into data. */
 #define CODE_LEN   4096u
 #define STACK_LEN  (1024u * 1024u)     /* dlopen and payload start-up are not shallow */
 #define DATA_LEN   (16u * 1024u)
-#define RESTORE_LEN (72u * 1024u)       /* XSAVE image + registers for let_go() */
-#define OFF_STUB    64                  /* the self-restoring continuation */
-#define OFF_SYSCALL 0                   /* 0f 05          syscall            */
-#define OFF_CALL    8                   /* 41 ff d3       call *%r11; cc int3 */
-#define CALL_RET    (OFF_CALL + 4)      /* rip after the int3 */
-static const uint8_t code_bytes[] = {
-    0x0f, 0x05, 0xcc, 0xcc, 0xcc, 0xcc, 0xcc, 0xcc,
-    0x41, 0xff, 0xd3, 0xcc, 0xcc, 0xcc, 0xcc, 0xcc,
-};
+#define RESTORE_LEN (72u * 1024u)       /* the thread's XSAVE image and errno */
+#define OFF_SYSCALL 0                   /* 0f 05, then a jump to the restore code */
+#define OFF_CALL    16                  /* call *%r11; mov %rax,%r15, then the restore code */
+#define OFF_RESTORE 64
+#define CAVE_NEED   512                 /* bytes the first syscall's stub needs in a cave */
 
 enum { STOP_SIGNALISH, STOP_SYSCALL };
 
@@ -211,38 +207,163 @@ int mlz__remote_syscall(mlz_remote *r, long nr, const uint64_t a[6], int64_t *re
     return mlz__remote_syscall_at(r, r->code + OFF_SYSCALL, nr, a, ret);
 }
 
-int mlz__remote_map_scratch(mlz_remote *r, uint64_t borrow)
+/*
+ * Self-restoring code. Every piece of code the borrowed thread runs for us
+ * ends in a stub that puts the thread back by itself: its signal mask (the
+ * rt_sigprocmask is also the marker the tracer waits for), its priority, its
+ * vector state, errno, flags and general registers, its stack pointer, and
+ * a jump to where it was - with an interrupted restartable syscall redone as
+ * the kernel would (rax = orig_rax, rip -= 2; a restart-block one such as
+ * nanosleep returns -EINTR, since its restart block may be gone). While we
+ * are alive the thread never runs the stub: a remote syscall ends at its
+ * syscall-exit stop, a call at the marker's syscall-entry stop. If we die
+ * at any instant (SIGKILL, OOM, a crash), the kernel lets the thread go and
+ * it finishes what it was doing, then restores itself: the target never
+ * sees a trap meant for a tracer that is gone.
+ */
+typedef struct emit { uint8_t *c; size_t n, cap; uint64_t at; } emit;
+
+static void e_bytes(emit *e, const void *p, size_t n)
 {
-    static const uint8_t sc[2] = { 0x0f, 0x05 };
-    uint8_t saved[2];
+    if (e->n + n <= e->cap) memcpy(e->c + e->n, p, n);
+    e->n += n;
+}
+static void e_u8(emit *e, uint8_t b) { e_bytes(e, &b, 1); }
+static void e_u32(emit *e, uint32_t v) { e_bytes(e, &v, 4); }
+static void e_u64(emit *e, uint64_t v) { e_bytes(e, &v, 8); }
+/* mov reg, imm64 (reg numbers as in the ModRM encoding, 8..15 = r8..r15) */
+static void e_movabs(emit *e, int reg, uint64_t v) { e_u8(e, reg >= 8 ? 0x49 : 0x48); e_u8(e, (uint8_t)(0xb8 + (reg & 7))); e_u64(e, v); }
+static void e_mov32(emit *e, int reg, uint32_t v) { if (reg >= 8) e_u8(e, 0x41); e_u8(e, (uint8_t)(0xb8 + (reg & 7))); e_u32(e, v); }
+static void e_rip32(emit *e, uint64_t target) { e_u32(e, (uint32_t)(int32_t)((int64_t)target - (int64_t)(e->at + e->n + 4))); }
+enum { RAX, RCX, RDX, RBX, RSP, RBP, RSI, RDI, R8, R9, R10, R11, R12, R13, R14, R15 };
+
+/* The registers the thread gets back: its own, with a syscall that our stop
+ * interrupted set up to be issued again. */
+static struct user_regs_struct resume_regs(const mlz_remote *r)
+{
+    struct user_regs_struct s = r->saved;
+    int64_t ax = (int64_t)s.rax;
+    if ((int64_t)s.orig_rax >= 0) {
+        if (ax == -512 || ax == -513 || ax == -514) { s.rax = s.orig_rax; s.rip -= 2; }   /* -ERESTART{SYS,NOINTR,NOHAND} */
+        else if (ax == -516) s.rax = (uint64_t)-EINTR;                                    /* -ERESTART_RESTARTBLOCK */
+    }
+    s.eflags &= ~(uint64_t)0x100;     /* never single-step */
+    return s;
+}
+
+/* Emit the restore stub at e->at. tmp_stack: a 16-byte aligned place it may
+ * push two words below; image: the XSAVE image and errno slots (0 for the
+ * cave, where only a syscall ran: vector state and errno are untouched).
+ * *marker gets the address just after the marker syscall. */
+static void emit_restore(emit *e, const mlz_remote *r, uint64_t tmp_stack, uint64_t image, uint64_t *marker)
+{
+    struct user_regs_struct s = resume_regs(r);
+    e_movabs(e, RSP, tmp_stack);
+    e_movabs(e, RAX, r->sigmask);
+    e_u8(e, 0x50);                                                     /* push rax */
+    e_mov32(e, RAX, SYS_rt_sigprocmask);
+    e_mov32(e, RDI, SIG_SETMASK);
+    e_bytes(e, "\x48\x89\xe6", 3);                                     /* mov rsi, rsp */
+    e_bytes(e, "\x31\xd2", 2);                                         /* xor edx, edx */
+    e_mov32(e, R10, 8);
+    e_bytes(e, "\x0f\x05", 2);                                         /* syscall: the marker */
+    *marker = e->at + e->n;
+    if (r->boosted) {
+        e_mov32(e, RAX, SYS_setpriority);
+        e_mov32(e, RDI, PRIO_PROCESS);
+        e_mov32(e, RSI, (uint32_t)r->tid);
+        e_mov32(e, RDX, (uint32_t)r->nice);
+        e_bytes(e, "\x0f\x05", 2);
+    }
+    if (image) {
+        uint64_t xs = image, errno_slot = image + RESTORE_LEN - 16;
+        e_mov32(e, RAX, 0xffffffffu);
+        e_mov32(e, RDX, 0xffffffffu);
+        e_bytes(e, "\x48\x0f\xae\x2d", 4); e_rip32(e, xs);               /* xrstor64 [rip+image] */
+        e_bytes(e, "\x48\x8b\x05", 3); e_rip32(e, errno_slot);         /* mov rax, [errno address] */
+        e_bytes(e, "\x48\x85\xc0", 3);                                 /* test rax, rax */
+        e_bytes(e, "\x74\x08", 2);                                     /* jz over the next 8 bytes */
+        e_bytes(e, "\x8b\x0d", 2); e_rip32(e, errno_slot + 8);         /* mov ecx, [errno value] */
+        e_bytes(e, "\x89\x08", 2);                                     /* mov [rax], ecx */
+    }
+    e_movabs(e, RAX, s.eflags);
+    e_u8(e, 0x50);                                                     /* push rax */
+    e_u8(e, 0x9d);                                                     /* popfq */
+    const uint64_t v[16] = { s.rax, s.rcx, s.rdx, s.rbx, s.rsp, s.rbp, s.rsi, s.rdi,
+                             s.r8, s.r9, s.r10, s.r11, s.r12, s.r13, s.r14, s.r15 };
+    for (int reg = RCX; reg <= R15; reg++)
+        if (reg != RSP) e_movabs(e, reg, v[reg]);
+    e_movabs(e, RAX, s.rax);
+    e_movabs(e, RSP, s.rsp);
+    e_bytes(e, "\xff\x25\x00\x00\x00\x00", 6);                        /* jmp [rip+0] */
+    e_u64(e, s.rip);
+}
+
+/* The first syscall (mmap of the scratch) runs in a cave: the unused tail of
+ * an executable mapping's last page, which no code ever reaches. Its stub
+ * restores the thread from immediates alone, so it needs no memory of ours. */
+static int write_cave(mlz_remote *r)
+{
+    uint8_t buf[CAVE_NEED];
+    emit e = { buf, 0, sizeof buf, r->cave };
+    uint64_t marker;
+    e_bytes(&e, "\x0f\x05", 2);
+    emit_restore(&e, r, ((r->saved.rsp - 256) & ~(uint64_t)15) - 16, 0, &marker);
+    if (e.n > e.cap) { mlz__err("internal: the cave stub needs %zu bytes", e.n); return MLZ_INJ_EIO; }
+    return mlz__mem_write(r->cave, buf, e.n);
+}
+
+/* The scratch page's code: the syscall and call entries and their stub. */
+static int write_scratch_code(mlz_remote *r)
+{
+    uint8_t buf[CODE_LEN];
+    emit e = { buf, 0, sizeof buf, r->code };
+    memset(buf, 0xcc, sizeof buf);
+    e_bytes(&e, "\x0f\x05\xe9", 3);                                   /* syscall; jmp restore */
+    e_rip32(&e, r->code + OFF_RESTORE);
+    e.n = OFF_CALL;
+    e_bytes(&e, "\x41\xff\xd3", 3);                                   /* call *%r11 */
+    e_bytes(&e, "\x49\x89\xc7\xe9", 4);                               /* mov r15, rax; jmp restore */
+    e_rip32(&e, r->code + OFF_RESTORE);
+    e.n = OFF_RESTORE;
+    emit_restore(&e, r, r->stack_top - 16, r->image, &r->marker);
+    if (e.n > e.cap) return MLZ_INJ_EIO;
+    int rc = mlz__mem_write(r->image, r->xsave, r->xsave_len);
+    if (!rc) rc = mlz__mem_write(r->code, buf, sizeof buf);
+    return rc;
+}
+
+int mlz__remote_map_scratch(mlz_remote *r, uint64_t cave, size_t cave_len)
+{
     int64_t ret;
-    int rc, rc2;
+    int rc;
     size_t len = CODE_LEN + STACK_LEN + DATA_LEN + RESTORE_LEN;
-    if ((rc = mlz__mem_read(borrow, saved, 2))) return rc;
-    if ((rc = mlz__mem_write(borrow, sc, 2))) return rc;
+    if (cave_len < CAVE_NEED) { mlz__err("no room for the first syscall's stub"); return MLZ_INJ_EELF; }
+    r->cave = cave;
+    r->cave_len = CAVE_NEED;
+    if ((rc = mlz__mem_read(cave, r->cave_saved, CAVE_NEED))) return rc;
+    if ((rc = write_cave(r))) return rc;
+    r->cave_written = 1;
     uint64_t a[6] = { 0, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, (uint64_t)-1, 0 };
-    rc = mlz__remote_syscall_at(r, borrow, SYS_mmap, a, &ret);
+    rc = mlz__remote_syscall_at(r, cave, SYS_mmap, a, &ret);
     if (!rc && (uint64_t)ret > (uint64_t)-4096) {
         mlz__err("mmap in the target failed: %s", strerror((int)-ret));
         rc = MLZ_INJ_EREMOTE;
     }
-    if (!rc) {
-        r->scratch = (uint64_t)ret;
-        r->scratch_len = len;
-        r->code = r->scratch;
-        r->stack_top = (r->scratch + CODE_LEN + STACK_LEN) & ~(uint64_t)15;
-        r->data = r->scratch + CODE_LEN + STACK_LEN;
-        r->data_len = DATA_LEN;
-        rc = mlz__mem_write(r->code, code_bytes, sizeof code_bytes);
-        if (!rc) {
-            uint64_t p[6] = { r->scratch, CODE_LEN, PROT_READ | PROT_EXEC, 0, 0, 0 };
-            rc = mlz__remote_syscall_at(r, borrow, SYS_mprotect, p, &ret);
-            if (!rc && ret) { mlz__err("mprotect in the target failed: %s", strerror((int)-ret)); rc = MLZ_INJ_EREMOTE; }
-        }
-    }
-    /* Put the borrowed bytes back whatever happened. */
-    rc2 = mlz__mem_write(borrow, saved, 2);
-    return rc ? rc : rc2;
+    if (rc) return rc;
+    r->scratch = (uint64_t)ret;
+    r->scratch_len = len;
+    r->code = r->scratch;
+    r->stack_top = (r->scratch + CODE_LEN + STACK_LEN) & ~(uint64_t)15;
+    r->data = r->scratch + CODE_LEN + STACK_LEN;
+    r->data_len = DATA_LEN;
+    r->image = r->data + DATA_LEN;                    /* page-aligned: fine for xrstor */
+    if (r->xsave_len + 16 > RESTORE_LEN) { mlz__err("XSAVE area too large"); return MLZ_INJ_EIO; }
+    if ((rc = write_scratch_code(r))) return rc;
+    uint64_t p[6] = { r->scratch, CODE_LEN, PROT_READ | PROT_EXEC, 0, 0, 0 };
+    rc = mlz__remote_syscall_at(r, cave, SYS_mprotect, p, &ret);
+    if (!rc && ret) { mlz__err("mprotect in the target failed: %s", strerror((int)-ret)); rc = MLZ_INJ_EREMOTE; }
+    return rc;
 }
 
 int mlz__remote_save_errno(mlz_remote *r, uint64_t fn)
@@ -254,7 +375,9 @@ int mlz__remote_save_errno(mlz_remote *r, uint64_t fn)
     if (!addr || (rc = mlz__mem_read(addr, &v, sizeof v))) return rc ? rc : MLZ_INJ_EREMOTE;
     r->errno_addr = addr;
     r->errno_val = v;
-    return 0;
+    /* From now on the self-restore puts errno back too. */
+    uint64_t slot[2] = { addr, (uint64_t)(uint32_t)v };
+    return mlz__mem_write(r->image + RESTORE_LEN - 16, slot, sizeof slot);
 }
 
 int mlz__remote_put(mlz_remote *r, size_t off, const void *p, size_t n, uint64_t *at)
@@ -264,74 +387,32 @@ int mlz__remote_put(mlz_remote *r, size_t off, const void *p, size_t n, uint64_t
     return mlz__mem_write(*at, p, n);
 }
 
-/*
- * A call that does not return in time cannot be undone: dlopen may hold the
- * loader lock, malloc an arena. Instead of abandoning it, the thread is let
- * go to finish the call by itself: the int3 after our `call` becomes a jump
- * to a continuation that restores the thread's saved state in user space
- * (xrstor of its XSAVE image, its general registers and flags, its rsp) and
- * jumps to its saved rip. An interrupted restartable syscall is redone the
- * way the kernel would (rax = orig_rax, rip -= 2); a restart-block one
- * (nanosleep) returns -EINTR instead, since its restart block may be gone.
- * The scratch mapping stays (it holds the call's stack and the image).
- */
-static void put32(uint8_t *p, int64_t v) { int32_t x = (int32_t)v; memcpy(p, &x, 4); }
-
+/* A call that does not return in time cannot be undone (dlopen may hold the
+ * loader lock): the thread is let go, finishes the call and restores itself
+ * through the stub. Its scratch mapping stays (the call's stack is there). */
 static int let_go(mlz_remote *r)
 {
-    uint64_t R = r->data + DATA_LEN, G;                    /* 64-aligned: data is page-aligned + 16K */
-    uint64_t xlen = (r->xsave_len + 63) & ~(uint64_t)63;
-    struct user_regs_struct s = r->saved;
-    int rc;
-    if (!r->scratch || xlen + 20 * 8 > RESTORE_LEN) return MLZ_INJ_EIO;
-    G = R + xlen;
-    int64_t ax = (int64_t)s.rax;
-    if ((int64_t)s.orig_rax >= 0) {
-        if (ax == -512 || ax == -513 || ax == -514) { s.rax = s.orig_rax; s.rip -= 2; }   /* -ERESTART{SYS,NOINTR,NOHAND} */
-        else if (ax == -516) s.rax = (uint64_t)-EINTR;                                    /* -ERESTART_RESTARTBLOCK */
-    }
-    uint64_t gpr[20] = { s.r15, s.r14, s.r13, s.r12, s.rbp, s.rbx, s.r11, s.r10, s.r9, s.r8,
-                         s.rax, s.rcx, s.rdx, s.rsi, s.rdi, s.eflags & ~(uint64_t)0x100, s.rsp, s.rip,
-                         r->errno_addr, (uint64_t)(uint32_t)r->errno_val };
-    if ((rc = mlz__mem_write(R, r->xsave, r->xsave_len)) || (rc = mlz__mem_write(G, gpr, sizeof gpr))) return rc;
-
-    uint8_t c[96];
-    size_t n = 0;
-    uint64_t at = r->code + OFF_STUB;
-    /* xrstor first, on the scratch stack: a signal arriving later pushes
-     * its frame below rsp, i.e. over the image already consumed. */
-    c[n++] = 0xb8; put32(c + n, -1); n += 4;                          /* mov eax, -1 */
-    c[n++] = 0xba; put32(c + n, -1); n += 4;                          /* mov edx, -1 */
-    c[n++] = 0x48; c[n++] = 0x0f; c[n++] = 0xae; c[n++] = 0x2d;       /* xrstor64 [rip+R] */
-    put32(c + n, (int64_t)R - (int64_t)(at + n + 4)); n += 4;
-    if (r->errno_addr) {
-        /* errno back: mov rax, [rip+G+144]; mov ecx, [rip+G+152]; mov [rax], ecx */
-        c[n++] = 0x48; c[n++] = 0x8b; c[n++] = 0x05;
-        put32(c + n, (int64_t)(G + 18 * 8) - (int64_t)(at + n + 4)); n += 4;
-        c[n++] = 0x8b; c[n++] = 0x0d;
-        put32(c + n, (int64_t)(G + 19 * 8) - (int64_t)(at + n + 4)); n += 4;
-        c[n++] = 0x89; c[n++] = 0x08;
-    }
-    c[n++] = 0x48; c[n++] = 0x8d; c[n++] = 0x25;                      /* lea rsp, [rip+G] */
-    put32(c + n, (int64_t)G - (int64_t)(at + n + 4)); n += 4;
-    static const uint8_t pops[] = { 0x41, 0x5f, 0x41, 0x5e, 0x41, 0x5d, 0x41, 0x5c, 0x5d, 0x5b, 0x41, 0x5b,
-                                    0x41, 0x5a, 0x41, 0x59, 0x41, 0x58, 0x58, 0x59, 0x5a, 0x5e, 0x5f, 0x9d };
-    memcpy(c + n, pops, sizeof pops);                                 /* r15..rdi, popfq */
-    n += sizeof pops;
-    c[n++] = 0x48; c[n++] = 0x8b; c[n++] = 0x25;                      /* mov rsp, [rip+G+128] */
-    put32(c + n, (int64_t)(G + 16 * 8) - (int64_t)(at + n + 4)); n += 4;
-    c[n++] = 0xff; c[n++] = 0x25;                                     /* jmp [rip+G+136] */
-    put32(c + n, (int64_t)(G + 17 * 8) - (int64_t)(at + n + 4)); n += 4;
-    if ((rc = mlz__mem_write(at, c, n))) return rc;
-    uint8_t j[5] = { 0xe9 };                                          /* int3 -> jmp stub */
-    put32(j + 1, (int64_t)at - (int64_t)(r->code + OFF_CALL + 3 + 5));
-    if ((rc = mlz__mem_write(r->code + OFF_CALL + 3, j, sizeof j))) return rc;
-    /* Its own signal mask and priority from now on: it runs the rest as
-     * if it had called dlopen itself. */
-    mlz__pt_setsigmask(r->tid, r->sigmask);
-    if (r->boosted) setpriority(PRIO_PROCESS, (id_t)r->tid, r->nice);
-    r->boosted = 0;
+    int rc = mlz__pt_detach(r->tid, 0);
+    if (rc) return rc;
     r->let_go = 1;
+    r->boosted = 0;
+    return 0;
+}
+
+/* At the marker's syscall-entry stop: skip the syscall and take the exit
+ * stop, so the next step starts from a syscall stop as after a remote
+ * syscall (no user instruction runs in between). */
+static int leave_marker(mlz_remote *r, struct user_regs_struct *g)
+{
+    int st, rc;
+    g->orig_rax = (uint64_t)-1;
+    if ((rc = mlz__pt_setregs(r->tid, g))) return rc;
+    if ((rc = run_until_stop(r, 1, &st, 2000))) return rc;
+    if (WSTOPSIG(st) != (SIGTRAP | 0x80)) {
+        mlz__err("thread %d: %s instead of the end of the call", (int)r->tid, sig_name(WSTOPSIG(st) & 0x7f));
+        return MLZ_INJ_EREMOTE;
+    }
+    r->last_stop = STOP_SYSCALL;
     return 0;
 }
 
@@ -348,37 +429,42 @@ int mlz__remote_call(mlz_remote *r, uint64_t fn, const uint64_t a[6], uint64_t *
     g.eflags &= ~(uint64_t)(0x400 | 0x100);   /* DF clear (ABI), no single-step */
     g.rdi = a[0]; g.rsi = a[1]; g.rdx = a[2]; g.rcx = a[3]; g.r8 = a[4]; g.r9 = a[5];
     if ((rc = mlz__pt_setregs(r->tid, &g))) return rc;
-    rc = run_until_stop(r, 0, &st, timeout_ms);
-    if (rc == MLZ_INJ_ETIMEOUT) {
-        stop_now(r);
-        if (r->tid && mlz__pt_getregs(r->tid, &g) == 0 && g.rip == r->code + CALL_RET) {
-            *ret = g.rax;              /* it returned as the clock ran out */
-            return 0;
+    /* Every syscall stops it (PTRACE_SYSCALL): the marker's entry is the end
+     * of the call; the others are the callee's own and go on. */
+    uint64_t deadline = mlz__now_us() + (uint64_t)timeout_ms * 1000u;
+    for (;;) {
+        uint64_t now = mlz__now_us();
+        rc = now >= deadline ? MLZ_INJ_ETIMEOUT : run_until_stop(r, 1, &st, (int)((deadline - now + 999) / 1000));
+        if (rc == MLZ_INJ_ETIMEOUT) {
+            stop_now(r);
+            if (!r->tid) return MLZ_INJ_EGONE;
+            if (mlz__pt_getregs(r->tid, &g) == 0 && g.rip == r->marker && (int64_t)g.orig_rax == SYS_rt_sigprocmask) {
+                *ret = g.r15;          /* it returned as the clock ran out */
+                return leave_marker(r, &g);
+            }
+            if (let_go(r) == 0)
+                mlz__err("injected call in thread %d did not return within %d ms; the thread was let go: it "
+                         "finishes the call by itself and then resumes where it was (run memlyze-detach %d "
+                         "to undo whatever the call did)", (int)r->tid, timeout_ms, (int)r->pid);
+            else
+                mlz__err("injected call in thread %d did not return within %d ms", (int)r->tid, timeout_ms);
+            return rc;
         }
-        if (r->tid && let_go(r) == 0) {
-            mlz__err("injected call in thread %d did not return within %d ms; the thread was let go to finish "
-                     "it by itself and then resume where it was (memlyze-detach undoes the rest)",
-                     (int)r->tid, timeout_ms);
-        } else {
-            mlz__err("injected call in thread %d did not return within %d ms", (int)r->tid, timeout_ms);
+        if (rc) return rc;
+        if (WSTOPSIG(st) != (SIGTRAP | 0x80)) break;
+        if ((rc = mlz__pt_getregs(r->tid, &g))) return rc;
+        if (g.rip == r->marker && (int64_t)g.orig_rax == SYS_rt_sigprocmask && (int64_t)g.rax == -ENOSYS) {
+            *ret = g.r15;
+            return leave_marker(r, &g);
         }
-        return rc;
     }
-    if (rc) return rc;
+    /* A signal: the call crashed or was stopped. The signal is not delivered
+     * (the next resume passes 0). */
     r->last_stop = STOP_SIGNALISH;
-    if ((rc = mlz__pt_getregs(r->tid, &g))) return rc;
-    int sig = WSTOPSIG(st);
-    siginfo_t si;
-    memset(&si, 0, sizeof si);
-    if (sig == SIGTRAP) mlz__pt_getsiginfo(r->tid, &si);
-    if (sig != SIGTRAP || g.rip != r->code + CALL_RET || si.si_code != SI_KERNEL) {
-        /* The signal is not delivered: the next resume passes 0. */
-        mlz__err("injected call in thread %d stopped by %s at 0x%llx (%s)", (int)r->tid, sig_name(sig & 0x7f),
-                 (unsigned long long)g.rip, sig == SIGTRAP ? "not our breakpoint" : "aborted");
-        return MLZ_INJ_EREMOTE;
-    }
-    *ret = g.rax;
-    return 0;
+    mlz__pt_getregs(r->tid, &g);
+    mlz__err("injected call in thread %d stopped by %s at 0x%llx (aborted)", (int)r->tid,
+             sig_name(WSTOPSIG(st) & 0x7f), (unsigned long long)g.rip);
+    return MLZ_INJ_EREMOTE;
 }
 
 /* Turn a syscall-exit stop into a PTRACE_EVENT_STOP: only from a stop inside
@@ -409,16 +495,18 @@ int mlz__remote_end(mlz_remote *r)
     int rc = 0, e;
     if (!r->tid) { free(r->xsave); r->xsave = NULL; return MLZ_INJ_EGONE; }
     if (r->let_go) {
-        /* Mid-call: its registers are the call's; it restores itself. */
+        /* Mid-call: it restores itself. */
         free(r->xsave);
         r->xsave = NULL;
         return 0;
     }
     if (r->errno_addr && (e = mlz__mem_write(r->errno_addr, &r->errno_val, sizeof r->errno_val)) && !rc) rc = e;
     if (r->scratch) {
+        /* From the cave: after a munmap issued from the scratch page itself,
+         * the thread would sit in unmapped code should we die right then. */
         int64_t ret;
         uint64_t a[6] = { r->scratch, r->scratch_len, 0, 0, 0, 0 };
-        e = mlz__remote_syscall(r, SYS_munmap, a, &ret);
+        e = r->cave_written ? mlz__remote_syscall_at(r, r->cave, SYS_munmap, a, &ret) : MLZ_INJ_EIO;
         if (!e && ret) { mlz__err("munmap in the target failed: %s", strerror((int)-ret)); e = MLZ_INJ_EREMOTE; }
         if (!rc) rc = e;
         if (!e) r->scratch = 0;
@@ -433,6 +521,8 @@ int mlz__remote_end(mlz_remote *r)
         rc = MLZ_INJ_EREMOTE;
     }
     r->boosted = 0;
+    /* The thread is its own again: the cave can have its bytes back. */
+    if (r->cave_written && (e = mlz__mem_write(r->cave, r->cave_saved, r->cave_len)) == 0) r->cave_written = 0;
     free(r->xsave);
     r->xsave = NULL;
     return rc;

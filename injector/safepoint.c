@@ -1,31 +1,32 @@
 /*
- * safepoint.c - choose the thread to borrow: one that holds no lock the
- * payload's loading will take.
+ * safepoint.c - choose the thread to borrow, and the moment: no thread may
+ * hold a lock the injected calls will take.
  *
  * dlopen takes the loader's locks and allocates; the payload's start-up
- * allocates and creates a thread (pthread_create allocates too). Running
- * that on a thread stopped inside malloc (arena lock held) or inside the
- * loader (dl_load_lock held) deadlocks the target on itself. So every
- * candidate is unwound from outside with libdw (the thread is ptrace-
- * stopped; libdw reads its registers and stack and walks .eh_frame), and a
- * thread is rejected if any frame is
- *   - in ld.so, or in libc's dl* / _dl_* functions (dlopen, dl_iterate_phdr),
- *   - in libc's allocator (malloc ... malloc_info, mallinfo, malloc_trim),
- *   - in fork or pthread_create/join/exit (arena and stack-cache locks),
- *   - in the payload itself (its detach waits for hooks in flight).
+ * allocates and creates a thread, its detach joins one. A lock held by ANY
+ * thread can block the borrowed one forever: the holder may wait for the
+ * thread we borrowed (a library constructor waiting for the main thread),
+ * or be the borrowed thread itself (stopped inside its own pthread_join).
+ * So, with every thread stopped:
+ *   1. the lock words themselves are read (locks.c): the loader's locks
+ *      and the thread-stack cache lock must be free; a held malloc arena
+ *      lock is allowed only while no holder is parked in a system call
+ *      inside the allocator (malloc_info writing into a full pipe);
+ *   2. the candidate is unwound from outside with libdw (the thread is
+ *      ptrace-stopped; libdw reads its registers and stack and walks
+ *      .eh_frame), and rejected if any frame is in ld.so, in libc's dl* /
+ *      _dl_* functions, in libc's allocator, in fork or pthread internals, or
+ *      in the payload (except the payload's own idle drain thread, the
+ *      safest of all to borrow for a detach). This catches glibcs whose lock
+ *      layout we do not know.
  * Debian's libc has no .symtab: names come from .dynsym, where static
- * functions are holes ("?"). The loader's internals run in ld.so (caught by
- * module); the allocator's do not: malloc_info -> (static) -> fprintf, or
- * __malloc_fork_lock_parent, show no allocator name at all. But malloc.c is
- * one translation unit and its code is contiguous, so the whole span from
- * the exported symbol before the first allocator export to the one after the
- * last (with only allocator exports inside) is treated as "in malloc".
+ * functions are holes ("?"). malloc.c is one translation unit and its code
+ * is contiguous, so the span from the exported symbol before the first
+ * allocator export to the one after the last is treated as "in malloc".
  *
- * Only the borrowed thread must be at a safe point: the others are let go
- * before any injected code runs (session.c), so a lock another thread holds
- * is released as that thread goes on, and our dlopen merely waits for it.
- * When no thread is at a safe point, all threads run for a few ms and the
- * scan is repeated, until the timeout.
+ * When a lock is held or no thread is safe, all threads run for a few ms
+ * and everything is looked at again, until the timeout; then the refusal
+ * names the thread and what it holds.
  */
 #include "injector.h"
 
@@ -43,12 +44,13 @@ static const char *const unsafe_exact[] = {
     "valloc", "pvalloc", "cfree", "malloc_trim", "malloc_stats", "malloc_info", "mallinfo", "mallinfo2",
     "malloc_usable_size", "mallopt", "fork", "_Fork", "vfork", "pthread_create", "pthread_join",
     "pthread_tryjoin_np", "pthread_timedjoin_np", "pthread_clockjoin_np", "pthread_detach", "pthread_exit",
+    "__pthread_clockjoin_ex",
     "exit", "_exit", "backtrace", "iconv_open", "getaddrinfo", "getpwnam", "getpwuid", NULL,
 };
 static const char *const unsafe_prefix[] = {
     "dl", "_dl_", "__dl", "__libc_dl", "__libc_malloc", "__libc_free", "__libc_calloc", "__libc_realloc",
     "__libc_memalign", "__libc_valloc", "__libc_pvalloc", "__libc_mallinfo", "__libc_fork", "_int_",
-    "tcache_", "arena_", "sysmalloc", "malloc_", "__malloc_", "__nptl_", "__pthread_create", "_IO_cleanup",
+    "tcache_", "arena_", "sysmalloc", "malloc_", "__malloc_", "__nptl_", "__pthread_create", "__pthread_join", "__pthread_clockjoin", "_IO_cleanup",
     NULL,
 };
 
@@ -64,6 +66,8 @@ static const char *const malloc_tu[] = {
 
 typedef struct scan {
     int unsafe;
+    int in_alloc;                    /* the unsafe frame is in libc's allocator */
+    int drain_ok;                    /* the payload's drain thread may be borrowed */
     int frames;
     int max_frames;                  /* how deep to look */
     char why[256];
@@ -132,6 +136,7 @@ static int frame_cb(Dwfl_Frame *f, void *arg)
         snprintf(s->why, sizeof s->why, "in the dynamic loader (%s)", sym ? sym : "ld.so");
         s->unsafe = 1;
     } else if (mname && mlz__match_payload(mname)) {
+        if (s->drain_ok) return DWARF_CB_ABORT;     /* its idle loop: nothing held */
         snprintf(s->why, sizeof s->why, "in the memlyze payload (%s)", sym ? sym : "?");
         s->unsafe = 1;
     } else if (mname && mlz__match_libc(mname)) {
@@ -141,7 +146,7 @@ static int frame_cb(Dwfl_Frame *f, void *arg)
             s->unsafe = 1;
         } else if (pc >= s->malloc_lo && pc < s->malloc_hi) {
             snprintf(s->why, sizeof s->why, "in libc's allocator (%s)", sym ? sym : "malloc.c internals");
-            s->unsafe = 1;
+            s->unsafe = s->in_alloc = 1;
         }
     }
     if (s->unsafe) return DWARF_CB_ABORT;
@@ -174,8 +179,45 @@ static const Dwfl_Callbacks callbacks = {
     .find_debuginfo = find_debuginfo_none,
 };
 
+/* The payload's drain thread, idle in its sleep: it holds nothing, and the
+ * payload's detach knows not to wait for itself when run on it. */
+static int is_idle_drain(pid_t pid, const mlz_thread *t)
+{
+    char name[64];
+    long nr = (long)t->regs.orig_rax;
+    return (nr == SYS_nanosleep || nr == SYS_clock_nanosleep) &&
+           !strcmp(mlz__thread_name(pid, t->tid, name, sizeof name), MLZ_DRAIN_THREAD_NAME);
+}
+
+/* Blocked inside a system call (not merely returned from one): its stop
+ * interrupted the call, which will be restarted or return EINTR. */
+static int blocked_in_syscall(const mlz_thread *t)
+{
+    int64_t ax = (int64_t)t->regs.rax;
+    return (int64_t)t->regs.orig_rax >= 0 && (ax == -4 || (ax <= -512 && ax >= -516));
+}
+
+/* A held arena lock is harmless while its holder runs malloc code; it is a
+ * trap when the holder is parked in a system call inside the allocator. */
+static int parked_in_allocator(Dwfl *d, mlz_tgroup *g, pid_t skip, char *why, size_t cap)
+{
+    for (int i = 0; i < g->n; i++) {
+        mlz_thread *t = &g->t[i];
+        if (t->tid == skip || (t->state != MLZ_T_TRAP && t->state != MLZ_T_GROUP) || !blocked_in_syscall(t)) continue;
+        scan s = { 0, 0, 0, 0, 64, "", 0, 0 };
+        dwfl_getthread_frames(d, t->tid, frame_cb, &s);
+        if (s.in_alloc) {
+            char name[64];
+            snprintf(why, cap, "thread %d (%s) waits in a system call %s, holding a malloc arena lock", (int)t->tid,
+                     mlz__thread_name(g->pid, t->tid, name, sizeof name), s.why);
+            return 1;
+        }
+    }
+    return 0;
+}
+
 /* One scan of the stopped threads; *tid set when one is safe. */
-static int scan_once(mlz_tgroup *g, pid_t *tid, char *last_why, size_t cap)
+static int scan_once(mlz_tgroup *g, const mlz_glibc_locks *L, pid_t *tid, char *last_why, size_t cap)
 {
     Dwfl *d = dwfl_begin(&callbacks);
     if (!d) { mlz__err("libdw: %s", dwfl_errmsg(-1)); return MLZ_INJ_EIO; }
@@ -197,7 +239,7 @@ static int scan_once(mlz_tgroup *g, pid_t *tid, char *last_why, size_t cap)
         mlz_thread *t = &g->t[i];
         int cand = g->want ? t->tid == g->want : candidate(t);
         if (!cand) continue;
-        scan s = { 0, 0, 256, "", 0, 0 };
+        scan s = { 0, 0, is_idle_drain(g->pid, t), 0, 256, "", 0, 0 };
         if (mlz__verbose > 1) mlz__note("unwinding thread %d", (int)t->tid);
         if (dwfl_getthread_frames(d, t->tid, frame_cb, &s) && mlz__verbose > 1)
             mlz__note("  unwind of %d ended: %s", (int)t->tid, dwfl_errmsg(-1));
@@ -210,17 +252,26 @@ static int scan_once(mlz_tgroup *g, pid_t *tid, char *last_why, size_t cap)
             snprintf(last_why, cap, "thread %d could not be unwound", (int)t->tid);
         }
     }
+    /* The locks: none may be held, by any thread, the chosen one included. */
+    char lock_why[320];
+    int busy = L ? mlz__locks_busy(L, g, lock_why, sizeof lock_why) : 0;
+    if (busy == MLZ_LOCK_ARENA && !parked_in_allocator(d, g, 0, lock_why, sizeof lock_why)) busy = 0;
+    if (busy) {
+        snprintf(last_why, cap, "%s", lock_why);
+        mlz__note("not now: %s", last_why);
+        *tid = 0;
+    }
     dwfl_end(d);
     return 0;
 }
 
-int mlz__safepoint_find(mlz_tgroup *g, int timeout_ms, pid_t *tid)
+int mlz__safepoint_find(mlz_tgroup *g, const mlz_glibc_locks *L, int timeout_ms, pid_t *tid)
 {
     uint64_t deadline = mlz__now_us() + (uint64_t)timeout_ms * 1000u;
     char why[320] = "no thread could be borrowed";
     int tries = 0;
     for (;;) {
-        int rc = scan_once(g, tid, why, sizeof why);
+        int rc = scan_once(g, L, tid, why, sizeof why);
         tries++;
         if (rc) return rc;
         if (*tid) {
@@ -233,6 +284,6 @@ int mlz__safepoint_find(mlz_tgroup *g, int timeout_ms, pid_t *tid)
         if (!movable || mlz__now_us() >= deadline) break;
         if ((rc = mlz__threads_run(g, RETRY_RUN_MS))) return rc;
     }
-    mlz__err("no thread reached a safe point within %d ms (%d scans; last: %s)", timeout_ms, tries, why);
+    mlz__err("no thread reached a safe point within %d ms (%d scans; last: %s); try again later", timeout_ms, tries, why);
     return MLZ_INJ_ETIMEOUT;
 }

@@ -108,6 +108,14 @@ int mlz__session_begin(mlz_session *s, pid_t pid, pid_t want_tid, int timeout_ms
     s->stopped_all = s->remote_active = 0;
     s->t0_us = mlz__now_us();
     block_signals(s);
+    /* Reading debug info takes a while: before anything is stopped. */
+    mlz_glibc_locks L;
+    int have_locks = mlz__locks_find(pid, &L) == 0;
+    if (have_locks)
+        mlz__note("glibc locks located (%s): loader 0x%llx 0x%llx 0x%llx, stack cache 0x%llx%s", L.source,
+                  (unsigned long long)L.rtld[0], (unsigned long long)L.rtld[1], (unsigned long long)L.rtld[2],
+                  (unsigned long long)L.stack_cache, L.main_arena ? ", malloc arenas" : "");
+    else mlz__note("glibc's lock layout unknown here: relying on unwinding alone");
     /* The target's threads may be many and busy: be scheduled first while
      * we hold them (best effort: needs CAP_SYS_NICE). */
     if (setpriority(PRIO_PROCESS, 0, -20)) {}
@@ -115,7 +123,7 @@ int mlz__session_begin(mlz_session *s, pid_t pid, pid_t want_tid, int timeout_ms
     s->stopped_all = 1;
     if (rc) return rc;
     mlz__note("holding %d threads of %d", s->g.n, (int)pid);
-    if ((rc = mlz__safepoint_find(&s->g, timeout_ms, &tid))) return rc;
+    if ((rc = mlz__safepoint_find(&s->g, have_locks ? &L : NULL, timeout_ms, &tid))) return rc;
     /* Before the borrowed thread's registers are saved: they may change. */
     undo_eintr(&s->g);
     s->stopped_all = 0;
@@ -157,7 +165,10 @@ int mlz__session_end(mlz_session *s)
     if (s->remote_active) {
         pid_t tid = s->r.tid;
         rc = mlz__remote_end(&s->r);
-        if (tid && s->r.tid) {
+        if (s->r.let_go) {
+            mlz_thread *t = mlz__threads_find(&s->g, tid);
+            if (t) t->state = MLZ_T_DETACHED;      /* let go: it restores itself */
+        } else if (tid && s->r.tid) {
             e = mlz__threads_detach_one(&s->g, tid);
             if (!rc) rc = e;
         }

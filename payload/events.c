@@ -27,6 +27,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <sys/prctl.h>
 #include <sched.h>
 #include <signal.h>
 #include <string.h>
@@ -50,7 +51,12 @@ typedef struct mlz_ring {
 } mlz_ring;
 
 static mlz_ring rings[MAX_RINGS];
-static _Atomic int drain_running, drain_stop;
+static _Atomic int drain_running;
+/* Each drain thread runs while the generation it started with is current:
+ * a detach run ON the drain thread (the injector's favourite thread to
+ * borrow: it holds nothing) cannot join itself, so it lets the thread end
+ * on its own, and a re-attach right after must not revive the old one. */
+static _Atomic unsigned drain_gen;
 static _Atomic uint32_t nrings;            /* rings ever claimed (high mark) */
 static uint32_t ring_size;                 /* records per ring, power of two */
 
@@ -295,8 +301,10 @@ static void reclaim_rings(void)
 
 static void *drain_main(void *arg)
 {
-    (void)arg;
+    unsigned gen = (unsigned)(uintptr_t)arg;
     mlz__tls.s.in_hook = 1;     /* our own allocations are never sampled */
+    /* Named, so the injector recognises it (MLZ_DRAIN_THREAD_NAME). */
+    prctl(PR_SET_NAME, "memlyze-drain", 0, 0, 0);
     sigset_t all;
     sigfillset(&all);
     /* SETMASK, not BLOCK: the thread that created us may have been borrowed
@@ -304,9 +312,10 @@ static void *drain_main(void *arg)
      * (SIGCANCEL, SIGSETXID) out of a full set, so this unblocks them. */
     pthread_sigmask(SIG_SETMASK, &all, NULL);
     unsigned round = 0;
-    while (!atomic_load(&drain_stop)) {
+    while (atomic_load(&drain_gen) == gen) {
         struct timespec ts = { 0, mlz__g.rate <= 1 ? DRAIN_PERIOD_NS / 10 : DRAIN_PERIOD_NS };
         nanosleep(&ts, NULL);
+        if (atomic_load(&drain_gen) != gen) break;   /* detached while asleep: its memory may be gone */
         if (mlz_modtab_changed()) mlz_modtab_refresh();
         uint64_t d = mlz__now_ns();
         write_modules(to_us(d));
@@ -374,12 +383,12 @@ int mlz__drain_start(void)
     spool_open = 1;
     write_modules(o.start_us);
     mlz_writer_marker(&spool, o.start_us, 0);
-    atomic_store(&drain_stop, 0);
+    unsigned gen = atomic_fetch_add(&drain_gen, 1) + 1;
     /* The drain thread's own start-up allocates (its stack bookkeeping):
      * the guard makes those pass through. */
     uint32_t g = mlz__tls.s.in_hook;
     mlz__tls.s.in_hook = 1;
-    int rc = pthread_create(&drain_thread, NULL, drain_main, NULL);
+    int rc = pthread_create(&drain_thread, NULL, drain_main, (void *)(uintptr_t)gen);
     mlz__tls.s.in_hook = g;
     if (rc) { mlz_writer_abort(&spool); spool_open = 0; return -1; }
     atomic_store(&drain_running, 1);
@@ -430,8 +439,9 @@ static void write_counters(uint64_t t_us)
 void mlz__drain_stop(void)
 {
     if (atomic_exchange(&drain_running, 0)) {
-        atomic_store(&drain_stop, 1);
-        pthread_join(drain_thread, NULL);
+        atomic_fetch_add(&drain_gen, 1);
+        if (pthread_equal(pthread_self(), drain_thread)) pthread_detach(drain_thread);
+        else pthread_join(drain_thread, NULL);
     }
     if (!spool_open) return;
     uint64_t d = mlz__now_ns();

@@ -18,9 +18,10 @@ if [ ! -x "$ATTACH" ] || [ ! -x "$DETACH" ]; then
     ATTACH="$T/bin/memlyze-attach"
     DETACH="$T/bin/memlyze-detach"
 fi
-cc -O2 -g -pthread -o "$T/target" "$TGT_SRC/attach_target.c" -ldl || { fail "build attach_target"; exit 1; }
+cc -O2 -g -pthread -rdynamic -o "$T/target" "$TGT_SRC/attach_target.c" -ldl || { fail "build attach_target"; exit 1; }
 cc -O2 -g -shared -fPIC -o "$T/libmlzt.so" "$TGT_SRC/attach_testlib.c" || { fail "build attach_testlib"; exit 1; }
 cc -O2 -shared -fPIC -o "$T/libslow.so" "$TGT_SRC/attach_slowlib.c" || { fail "build attach_slowlib"; exit 1; }
+cc -O2 -shared -fPIC -o "$T/libctorwait.so" "$TGT_SRC/attach_ctorwait.c" || { fail "build attach_ctorwait"; exit 1; }
 chmod 755 "$T"/*.so
 TESTLIB="$T/libmlzt.so"
 # A real payload exporting the attach entry points, if the build has one.
@@ -36,7 +37,7 @@ start_target() {
     "$T/target" "$1" "$T/$name.stop" "$T/$name.tids" "${@:2}" >"$T/$name.out" 2>&1 &
     TP=$!
     local want=1
-    case "$1" in block) want=5;; fork) want=1;; churn|bigmalloc) want=$(( ${2:-4} ));; mallocinfo) want=$(( ${2:-4} + 2 ));; dlopen) want=2;; esac
+    case "$1" in block) want=5;; fork) want=1;; churn|bigmalloc) want=$(( ${2:-4} ));; mallocinfo) want=$(( ${2:-4} + 2 ));; dlopen|ctorwait) want=2;; esac
     for _ in $(seq 200); do
         [ "$(cat "$T/$name.tids" 2>/dev/null | wc -l)" -ge "$want" ] && break
         sleep 0.02

@@ -20,6 +20,14 @@
  *   idle N     N threads waiting on a condition variable (a quiet server)
  *   fork       churns; forks once when STOP.fork exists (the child's pid
  *              goes to TIDS as "child"); both churn until STOP
+ *   ctorwait   a thread loops dlopen/dlclose of LIB (argv[4], built from
+ *              attach_ctorwait.c) whose constructor waits until the main
+ *              thread has ticked 20 more times: borrowing the main thread
+ *              while the loader lock is held deadlocks the process
+ *   threads    the main thread creates and joins short-lived threads in a
+ *              loop (each does a few hundred malloc/free): thread-per-request
+ *   forks      the main thread forks a short-lived child every 2 ms and
+ *              waits for it (pre-fork servers, redis saving)
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -371,6 +379,7 @@ static int mode_bigmalloc(int n)
 /* --------------------------------------------------------------- dlopen */
 static const char *dl_lib;
 static long dl_count;
+static long dl_pause_ns;             /* between loads: a window with the loader free */
 static void *dl_main(void *a)
 {
     (void)a;
@@ -380,6 +389,7 @@ static void *dl_main(void *a)
         if (!h) { fprintf(stderr, "dlopen: %s\n", dlerror()); dl_count = -1000000; return NULL; }
         dlclose(h);
         dl_count++;
+        if (dl_pause_ns) { struct timespec d = { 0, dl_pause_ns }; nanosleep(&d, NULL); }
     }
     return NULL;
 }
@@ -482,6 +492,84 @@ static int mode_fork(void)
     return 0;
 }
 
+/* ------------------------------------------------------------- ctorwait */
+/* Read by the constructor of attach_ctorwait.c (the executable is linked
+ * with -rdynamic): it waits for the main thread to move this on. */
+atomic_long mlzt_main_ticks;
+static int mode_ctorwait(const char *lib)
+{
+    pthread_t th;
+    dl_lib = lib;
+    dl_pause_ns = 10000000;
+    note_tid("main");
+    pthread_create(&th, NULL, dl_main, NULL);
+    long ops = 0, bad = 0;
+    while (!should_stop()) {
+        struct timespec d = { 0, 1000000 };
+        nanosleep(&d, NULL);
+        atomic_fetch_add(&mlzt_main_ticks, 1);
+        char *p = malloc(64);
+        p[0] = 1;
+        if (p[0] != 1) bad++;
+        free(p);
+        ops++;
+    }
+    /* Keep ticking until the loader thread is out of the constructor. */
+    while (pthread_tryjoin_np(th, NULL) == EBUSY) {
+        struct timespec d = { 0, 1000000 };
+        nanosleep(&d, NULL);
+        atomic_fetch_add(&mlzt_main_ticks, 1);
+    }
+    result(dl_count > 0 && bad == 0, "ctorwait: main ticked %ld times, %ld loads", ops, dl_count);
+    return 0;
+}
+
+/* -------------------------------------------------------------- threads */
+static void *request_main(void *a)
+{
+    long *bad = a;
+    void *p[64];
+    for (int r = 0; r < 4; r++) {
+        for (int i = 0; i < 64; i++) { p[i] = malloc(16 + (size_t)i * 24); memset(p[i], i, 16); }
+        for (int i = 0; i < 64; i++) { if (((unsigned char *)p[i])[7] != i) (*bad)++; free(p[i]); }
+    }
+    return NULL;
+}
+static int mode_threads(void)
+{
+    note_tid("main");
+    long made = 0, bad = 0;
+    while (!should_stop()) {
+        pthread_t th[4];
+        for (int i = 0; i < 4; i++) pthread_create(&th[i], NULL, request_main, &bad);
+        for (int i = 0; i < 4; i++) pthread_join(th[i], NULL);
+        made += 4;
+        /* The made count is visible from outside: it must keep rising. */
+        if (made % 400 == 0) { fprintf(tids, "made %ld\n", made); fflush(tids); }
+    }
+    result(made > 0 && bad == 0, "threads: %ld made and joined, %ld bad", made, bad);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- forks */
+static int mode_forks(void)
+{
+    note_tid("main");
+    long forks = 0, badexit = 0;
+    while (!should_stop()) {
+        pid_t c = fork();
+        if (c == 0) { char *p = malloc(100); p[0] = 1; _exit(p[0] == 1 ? 0 : 1); }
+        int status;
+        if (c < 0 || waitpid(c, &status, 0) != c || !WIFEXITED(status) || WEXITSTATUS(status)) badexit++;
+        forks++;
+        if (forks % 100 == 0) { fprintf(tids, "forks %ld\n", forks); fflush(tids); }
+        struct timespec d = { 0, 2000000 };
+        nanosleep(&d, NULL);
+    }
+    result(forks > 0 && badexit == 0, "forks: %ld children, %ld bad", forks, badexit);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 4) { fprintf(stderr, "usage: attach_target MODE STOP TIDS [N|LIB]\n"); return 2; }
@@ -499,6 +587,9 @@ int main(int argc, char **argv)
     else if (!strcmp(m, "bigmalloc")) rc = mode_bigmalloc(n);
     else if (!strcmp(m, "dlopen") && argc > 4) rc = mode_dlopen(argv[4]);
     else if (!strcmp(m, "fork")) rc = mode_fork();
+    else if (!strcmp(m, "ctorwait") && argc > 4) rc = mode_ctorwait(argv[4]);
+    else if (!strcmp(m, "threads")) rc = mode_threads();
+    else if (!strcmp(m, "forks")) rc = mode_forks();
     else if (!strcmp(m, "idle")) rc = mode_idle(n);
     else if (!strcmp(m, "seccomp")) rc = mode_seccomp(0);
     else if (!strcmp(m, "strict")) rc = mode_seccomp(1);

@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# Lock holders in any thread (issue: attaching must never hang the target).
+# No injected call may start while a thread holds a glibc lock that call
+# needs; attach and detach succeed once it is free, or refuse within their
+# timeout naming the holder, and the target runs on either way.
+#   - a plugin constructor, run under the loader lock, waits for the main
+#     thread, and we are told to borrow the main thread;
+#   - a thread lives inside dlopen (the loader lock is never free);
+#   - the main thread creates and joins threads in a loop (stack cache lock);
+#   - the main thread forks every 2 ms (arena locks around fork, SIGCHLD);
+#   - the lock layout from debug info equals the built-in table.
+#   CYCLES=N attach/detach cycles for the last two (default 50)
+. "$(dirname "$0")/lib.sh"
+. "$ROOT/tests/targets/attach_helpers.sh"
+[ -n "$REAL_PAYLOAD" ] || { echo "SKIP: attach_locks (no libmemlyze.so in the build)"; finish; }
+CYCLES=${CYCLES:-50}
+A() { timeout 60 "$ATTACH" "$@"; }
+D() { timeout 60 "$DETACH" "$@"; }
+
+# 1. The constructor waits for main: main is borrowed only between loads.
+start_target cw ctorwait "$T/libctorwait.so"
+main=$(tid_of cw main)
+okc=0
+for i in 1 2 3 4 5; do
+    A -q --thread "$main" -o "$T/cw$i.mlyze" "$TP" >"$T/cw.log" 2>&1 && D -q --no-finalize --thread "$main" "$TP" >>"$T/cw.log" 2>&1 && okc=$((okc + 1))
+done
+check "ctorwait: 5 attach/detach cycles borrowing the main thread all succeed" [ "$okc" -eq 5 ]
+finish_target cw
+cleanup_state "$TP"
+
+# 2. The loader lock is never free: refuse in time, name the holder.
+start_target dl dlopen "$T/libslow.so"
+dl=$(tid_of dl dlopen)
+t0=$SECONDS
+A --timeout 1500 -o "$T/dl.mlyze" "$TP" >"$T/dl.err" 2>&1; rc=$?
+check "loader busy: attach refuses within its timeout" [ "$rc" -ne 0 ] && [ $((SECONDS - t0)) -le 8 ]
+check "loader busy: one line naming the holder thread and the lock" \
+    bash -c "[ \$(wc -l <'$T/dl.err') -eq 1 ] && grep -q 'thread $dl (target) holds the dynamic loader' '$T/dl.err'"
+check "loader busy: nothing was injected" bash -c "! grep -q memlyze /proc/$TP/maps"
+finish_target dl
+cleanup_state "$TP"
+
+# cycles NAME: CYCLES attach/detach pairs; every command must succeed.
+cycles() {
+    local name=$1 ok=0 bad=0 worst=0 i
+    for i in $(seq "$CYCLES"); do
+        if A -q -o "$T/$name$i.mlyze" "$TP" 2>>"$T/$name.err"; then ok=$((ok + 1)); else bad=$((bad + 1)); fi
+        if D -q --no-finalize "$TP" 2>>"$T/$name.err"; then ok=$((ok + 1)); else bad=$((bad + 1)); fi
+    done
+    check "$name: $CYCLES attach/detach cycles, every command succeeds" [ "$bad" -eq 0 ] || sort "$T/$name.err" | uniq -c | head -5
+}
+
+# 3. Thread-per-request: the main thread keeps making threads afterwards.
+start_target th threads
+cycles threads
+m0=$(awk '$1 == "made" { n = $2 } END { print n + 0 }' "$T/th.tids"); sleep 1
+m1=$(awk '$1 == "made" { n = $2 } END { print n + 0 }' "$T/th.tids")
+check "threads: still creating and joining threads afterwards ($m0 -> $m1)" [ "$m1" -gt "$m0" ]
+finish_target th
+cleanup_state "$TP"
+
+# 4. A main thread that forks every 2 ms.
+start_target fk forks
+cycles forks
+finish_target fk
+cleanup_state "$TP"
+
+# 5. The built-in layout is the one debug info gives (when it is installed).
+start_target lk single
+if ls /usr/lib/debug/.build-id >/dev/null 2>&1; then
+    a=$(A -v -o "$T/lk1.mlyze" "$TP" 2>&1 | grep -o 'glibc locks located.*')
+    D -q --no-finalize "$TP"
+    mkdir -p "$T/nodebug"
+    b=$(MEMLYZE_DEBUG_DIR="$T/nodebug" A -v -o "$T/lk2.mlyze" "$TP" 2>&1 | grep -o 'glibc locks located.*')
+    D -q --no-finalize "$TP"
+    check "layout: read from debug info" grep -q 'debug info' <<<"$a"
+    check "layout: the built-in table gives the same lock addresses" \
+        [ -n "$b" ] && [ "${a#*: loader}" = "${b#*: loader}" ] && grep -q 'built-in layout of glibc' <<<"$b"
+else
+    echo "SKIP: layout: no debug info installed (libc6-dbg)"
+fi
+finish_target lk
+cleanup_state "$TP"
+finish
