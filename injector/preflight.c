@@ -15,7 +15,27 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <unistd.h>
+
+/* A child between vfork and exec runs on its parent's memory: code injected
+ * into it would change the parent. kcmp says whether two processes share an
+ * address space. */
+static pid_t shares_memory_with_parent(pid_t pid)
+{
+    char path[64];
+    long ppid = 0;
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    char buf[1024];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    char *p = strrchr(buf, ')');
+    if (!p || sscanf(p + 1, " %*c %ld", &ppid) != 1 || ppid <= 1) return 0;
+    return syscall(SYS_kcmp, pid, (pid_t)ppid, 0 /* KCMP_VM */, 0, 0) == 0 ? (pid_t)ppid : 0;
+}
 
 static int read_status(mlz_target *t, int *tracer, char *state)
 {
@@ -90,6 +110,12 @@ int mlz__preflight(pid_t pid, int flags, mlz_target *t)
         return MLZ_INJ_EREFUSE;
     }
     t->stopped = state == 'T';
+    pid_t parent = shares_memory_with_parent(pid);
+    if (parent) {
+        mlz__err("process %d (%s) shares its memory with its parent %d (a vfork child before its exec): "
+                 "attach after the exec, or to the parent once the child has exec'd", (int)pid, t->comm, (int)parent);
+        return MLZ_INJ_EREFUSE;
+    }
     int ex = check_exe(pid);
     if (ex == -1) {
         mlz__err("process %d (%s) is not a 64-bit x86_64 program", (int)pid, t->comm);

@@ -79,7 +79,16 @@ static int wait_stopped(mlz_tgroup *g, mlz_thread *t, uint64_t deadline)
         int st, left = (int)((deadline > mlz__now_us() ? deadline - mlz__now_us() : 0) / 1000);
         int rc = mlz__pt_wait(t->tid, &st, left);
         if (rc == MLZ_INJ_ETIMEOUT) {
-            mlz__err("thread %d did not stop within the timeout", (int)t->tid);
+            char name[64], path[96], stat[512] = "";
+            snprintf(path, sizeof path, "/proc/%d/task/%d/stat", (int)g->pid, (int)t->tid);
+            FILE *f = fopen(path, "r");
+            if (f) { if (!fgets(stat, sizeof stat, f)) stat[0] = 0; fclose(f); }
+            char *p = strrchr(stat, ')');
+            int in_kernel = p && p[1] == ' ' && p[2] == 'D';
+            mlz__err("thread %d (%s) did not stop within the timeout%s", (int)t->tid,
+                     mlz__thread_name(g->pid, t->tid, name, sizeof name),
+                     in_kernel ? ": it waits inside the kernel (a vfork until the child execs, a disk, a "
+                                 "frozen cgroup); try again later" : "");
             return rc;
         }
         if (rc) { t->state = MLZ_T_GONE; return 0; }

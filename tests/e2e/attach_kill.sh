@@ -13,14 +13,15 @@ start_target k churn 4
 died=0; att=0; det=0
 for i in $(seq "$KILLS"); do
     # Half the kills hit attach, half detach; the delay covers the whole
-    # window (attach takes ~5-30 ms here, longer on a loaded machine).
+    # run (attach takes ~50-250 ms here: reading debug info, then ~10-30 ms
+    # with the target's threads held), so kills land in every step.
     if [ $((RANDOM % 2)) -eq 0 ]; then
         "$ATTACH" -q -o "$T/k$i.mlyze" "$TP" >/dev/null 2>&1 & att=$((att + 1))
     else
         "$DETACH" -q --no-finalize "$TP" >/dev/null 2>&1 & det=$((det + 1))
     fi
     inj=$!
-    sleep "0.0$((RANDOM % 40))"
+    sleep "$(printf '0.%03d' $((RANDOM % 300)))"
     kill -9 "$inj" 2>/dev/null
     wait "$inj" 2>/dev/null
     if ! kill -0 "$TP" 2>/dev/null; then died=1; break; fi

@@ -65,7 +65,30 @@ cycles forks
 finish_target fk
 cleanup_state "$TP"
 
-# 5. The built-in layout is the one debug info gives (when it is installed).
+# 5. Other situations users meet: a child between vfork and exec (refused:
+# it runs on its parent's memory), and a thread inside a signal handler.
+start_target vf vfork
+vc=$(tid_of vf vchild)
+A -o "$T/vf.mlyze" "$vc" >"$T/vf.err" 2>&1; rc=$?
+check "vfork: the child before its exec is refused, naming the cause" \
+    bash -c "[ $rc -ne 0 ] && grep -q 'shares its memory with its parent' '$T/vf.err'"
+A --timeout 1000 -o "$T/vfp.mlyze" "$TP" >"$T/vfp.err" 2>&1; rc=$?
+check "vfork: the parent waiting for it is refused in time, naming the waiting thread" \
+    bash -c "[ $rc -ne 0 ] && grep -q 'waits inside the kernel' '$T/vfp.err'"
+touch "$T/vf.stop.exec"; sleep 0.3
+check "vfork: the parent attaches once the child has exec'd" A -q -o "$T/vf2.mlyze" "$TP"
+check "vfork: detach" D -q --no-finalize "$TP"
+finish_target vf
+cleanup_state "$TP"
+
+start_target ih inhandler
+h=$(tid_of ih handler)
+check "handler: attach borrowing a thread inside its signal handler" A -q --thread "$h" -o "$T/ih.mlyze" "$TP"
+check "handler: detach borrowing it again" D -q --no-finalize --thread "$h" "$TP"
+finish_target ih
+cleanup_state "$TP"
+
+# 6. The built-in layout is the one debug info gives (when it is installed).
 start_target lk single
 if ls /usr/lib/debug/.build-id >/dev/null 2>&1; then
     a=$(A -v -o "$T/lk1.mlyze" "$TP" 2>&1 | grep -o 'glibc locks located.*')

@@ -26,6 +26,10 @@
  *              while the loader lock is held deadlocks the process
  *   threads    the main thread creates and joins short-lived threads in a
  *              loop (each does a few hundred malloc/free): thread-per-request
+ *   inhandler  a thread spends its life inside a SIGUSR1 handler (sleeping
+ *              and allocating there), which must return normally at STOP
+ *   vfork      a thread vforks a child that waits (raw syscalls only) until
+ *              STOP.exec exists, then execs /bin/true (TIDS: "vchild PID")
  *   forks      the main thread forks a short-lived child every 2 ms and
  *              waits for it (pre-fork servers, redis saving)
  */
@@ -551,6 +555,81 @@ static int mode_threads(void)
     return 0;
 }
 
+/* ------------------------------------------------------------ inhandler */
+static volatile sig_atomic_t handler_done;
+static long handler_rounds;
+static void usr1_handler(int sig)
+{
+    (void)sig;
+    while (!atomic_load(&stopping)) {
+        struct timespec d = { 0, 2000000 };
+        nanosleep(&d, NULL);
+        handler_rounds++;
+    }
+    handler_done = 1;
+}
+static void *inhandler_main(void *a)
+{
+    (void)a;
+    note_tid("handler");
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = usr1_handler;
+    sigaction(SIGUSR1, &sa, NULL);
+    raise(SIGUSR1);
+    return NULL;
+}
+static int mode_inhandler(void)
+{
+    pthread_t th;
+    note_tid("main");
+    pthread_create(&th, NULL, inhandler_main, NULL);
+    wait_stop();
+    pthread_join(th, NULL);
+    result(handler_done && handler_rounds > 0, "inhandler: the handler returned (%ld rounds)", handler_rounds);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- vfork */
+static char vfork_trigger[4200];
+static void *vfork_main(void *a)
+{
+    (void)a;
+    note_tid("vforker");
+    /* Prepared before vfork: the child may only make raw syscalls. */
+    char *const argv[] = { "/bin/true", NULL };
+    struct stat st;
+    pid_t c = vfork();
+    if (c == 0) {
+        char msg[32];
+        int n = snprintf(msg, sizeof msg, "vchild %d\n", (int)syscall(SYS_getpid));
+        syscall(SYS_write, fileno(tids), msg, n);
+        while (syscall(SYS_stat, vfork_trigger, &st) != 0) {
+            struct timespec d = { 0, 5000000 };
+            syscall(SYS_nanosleep, &d, NULL);
+        }
+        syscall(SYS_execve, argv[0], argv, environ);
+        syscall(SYS_exit, 127);
+    }
+    int status;
+    waitpid(c, &status, 0);
+    result(WIFEXITED(status) && WEXITSTATUS(status) == 0, "vfork child exec'd /bin/true");
+    return NULL;
+}
+static int mode_vfork(void)
+{
+    pthread_t th;
+    snprintf(vfork_trigger, sizeof vfork_trigger, "%s.exec", stop_file);
+    note_tid("main");
+    fflush(tids);
+    pthread_create(&th, NULL, vfork_main, NULL);
+    long ops = 0, bad = 0;
+    churn_thread_work(7, &ops, &bad);
+    pthread_join(th, NULL);
+    result(bad == 0, "vfork: main churned (%ld ops)", ops);
+    return 0;
+}
+
 /* ---------------------------------------------------------------- forks */
 static int mode_forks(void)
 {
@@ -590,6 +669,8 @@ int main(int argc, char **argv)
     else if (!strcmp(m, "ctorwait") && argc > 4) rc = mode_ctorwait(argv[4]);
     else if (!strcmp(m, "threads")) rc = mode_threads();
     else if (!strcmp(m, "forks")) rc = mode_forks();
+    else if (!strcmp(m, "vfork")) rc = mode_vfork();
+    else if (!strcmp(m, "inhandler")) rc = mode_inhandler();
     else if (!strcmp(m, "idle")) rc = mode_idle(n);
     else if (!strcmp(m, "seccomp")) rc = mode_seccomp(0);
     else if (!strcmp(m, "strict")) rc = mode_seccomp(1);
