@@ -4,6 +4,7 @@
 #   make test            build and run every test; ends with "N passed, N failed"
 #   make asan            the unit tests under ASan+UBSan (also part of make test)
 #   make fuzz            run the reader fuzzer for FUZZ_SECONDS (default 60)
+#   make soak            long attach/detach and kill runs (not in CI)
 #   make deps            apt-get the Debian packages the build and tests need
 #   make install PREFIX=/usr/local
 #
@@ -50,7 +51,7 @@ ATTACH    := $(O)/bin/memlyze-attach
 DETACH    := $(O)/bin/memlyze-detach
 LIBS      := $(LIBGOT) $(LIBCORE) $(LIBFORMAT)
 
-.PHONY: all test asan tsan-bins unit-bins fuzz deps install clean bench demo
+.PHONY: all test asan tsan-bins unit-bins fuzz deps install clean bench demo soak
 all: $(MEMLYZE) $(O)/bin/memlyze-snapshot $(PAYLOAD) $(ATTACH) $(DETACH) $(UNIT_BIN) $(BENCH_BIN)
 
 $(O)/%.o: %.c
@@ -143,6 +144,10 @@ bench: all
 	bench/bench_payload.sh
 	bench/bench_snapshot.sh
 	bench/bench_attach.sh
+
+# Long runs, not in CI: thousands of attach/detach cycles, hundreds of kills.
+soak: all
+	@bash tests/soak/attach_soak.sh
 
 deps:
 	@tests/install-deps.sh

@@ -106,6 +106,12 @@ int main(int argc, char **argv)
         goto fail;
     }
     if (!t.payload_mapped && (rc = mlz__check_payload_file(payload))) goto fail;
+    if (t.payload_active == 1) {
+        /* Known from outside: nothing is stopped to say so. */
+        mlz__err("process %d (%s) is already attached: run memlyze-detach %d first", (int)pid, t.comm, (int)pid);
+        rc = MLZ_INJ_ESTATE;
+        goto fail;
+    }
 
     /* The output is named relative to where we were run, not the target. */
     char dflt[64];

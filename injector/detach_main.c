@@ -75,6 +75,18 @@ int main(int argc, char **argv)
         rc = MLZ_INJ_ESTATE;
         goto fail;
     }
+    if (t.payload_active == 0) {
+        /* Detached already, or an attach was cut off (its injector killed)
+         * before the payload started: nothing to undo; a record it left
+         * goes (a spool, if any, stays). */
+        mlz_state old;
+        if (mlz__state_read(pid, &old) == 0) mlz__state_remove(pid, &old, 1);
+        mlz__err_clear();
+        mlz__err("process %d (%s) is not attached: its memlyze payload is loaded but inactive (detached, or an "
+                 "attach that was interrupted before it started)", (int)pid, t.comm);
+        rc = MLZ_INJ_ESTATE;
+        goto fail;
+    }
     if (t.stopped) {
         /* The payload's detach waits for its drain thread, which sits in the
          * group stop with the rest of the process. */

@@ -134,6 +134,7 @@ typedef struct mlz_target {
     char comm[64];
     int stopped;                 /* State: T (group-stopped) */
     int payload_mapped;          /* our payload is already in it */
+    int payload_active;          /* ... and sampling: 1, inert: 0, unknown: -1 */
     int seccomp;                 /* 0 none, 1 strict, 2 filter */
 } mlz_target;
 enum { MLZ_PRE_ALLOW_SECCOMP = 1 };

@@ -7,6 +7,7 @@
  * explained by mlz__pt_perm_cause() with the same facts.
  */
 #include "injector.h"
+#include "info.h"
 
 #include <elf.h>
 #include <errno.h>
@@ -15,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/kcmp.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -34,7 +36,25 @@ static pid_t shares_memory_with_parent(pid_t pid)
     buf[n] = 0;
     char *p = strrchr(buf, ')');
     if (!p || sscanf(p + 1, " %*c %ld", &ppid) != 1 || ppid <= 1) return 0;
-    return syscall(SYS_kcmp, pid, (pid_t)ppid, 0 /* KCMP_VM */, 0, 0) == 0 ? (pid_t)ppid : 0;
+    return syscall(SYS_kcmp, pid, (pid_t)ppid, KCMP_VM, 0, 0) == 0 ? (pid_t)ppid : 0;
+}
+
+/* Whether a mapped payload is sampling, from its memlyze_info descriptor
+ * (payload/info.h): 1 active, 0 inert (detached, or an attach interrupted
+ * before memlyze_attach ran), -1 unknown. Read from outside: nothing stops. */
+static int payload_active(pid_t pid, const mlz_module *m)
+{
+    static const char *const names[] = { "memlyze_info" };
+    uint64_t info;
+    struct memlyze_info d;
+    int32_t v;
+    if (mlz__module_syms(pid, m, names, &info, 1) != 1 || mlz__mem_open(pid) ||
+        mlz__mem_read(info, &d, sizeof d) || memcmp(d.magic, MEMLYZE_INFO_MAGIC, 8) ||
+        mlz__mem_read(d.attached_addr, &v, sizeof v)) {
+        mlz__err_clear();
+        return -1;
+    }
+    return v != 0;
 }
 
 static int read_status(mlz_target *t, int *tracer, char *state)
@@ -142,5 +162,6 @@ int mlz__preflight(pid_t pid, int flags, mlz_target *t)
         return MLZ_INJ_EREFUSE;
     }
     t->payload_mapped = mlz__module_find(pid, mlz__match_payload, &m) == 0;
+    t->payload_active = t->payload_mapped ? payload_active(pid, &m) : 0;
     return 0;
 }

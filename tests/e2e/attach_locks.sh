@@ -88,6 +88,17 @@ check "handler: detach borrowing it again" D -q --no-finalize --thread "$h" "$TP
 finish_target ih
 cleanup_state "$TP"
 
+# Payload state known from outside: attached twice, detached twice.
+start_target st single
+A -q -o "$T/st.mlyze" "$TP"
+A -o "$T/st2.mlyze" "$TP" >"$T/st.err" 2>&1
+check "state: a second attach says it is attached already" grep -q 'is already attached' "$T/st.err"
+D -q --no-finalize "$TP"
+D "$TP" >"$T/st.err" 2>&1
+check "state: a second detach says the payload is loaded but inactive" grep -q 'loaded but inactive' "$T/st.err"
+finish_target st
+cleanup_state "$TP"
+
 # 6. The built-in layout is the one debug info gives (when it is installed).
 start_target lk single
 if ls /usr/lib/debug/.build-id >/dev/null 2>&1; then
