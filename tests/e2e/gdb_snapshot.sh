@@ -52,7 +52,7 @@ int main(void)
     F(map_slots_addr) F(map_mask_addr) F(entry_size) F(entry_key) F(entry_size_field) F(entry_stack_id)
     F(entry_tid) F(entry_time_ns) F(entry_seq) F(entry_check) F(check_algorithm) F(stack_recs_addr)
     F(stack_frames_addr) F(stack_next_id_addr) F(rec_size) F(rec_ready) F(rec_depth) F(rec_frames_offset)
-    F(max_frames) F(counters_addr) F(counter_names_addr) F(ncounters) F(pad)
+    F(max_frames) F(counters_addr) F(counter_names_addr) F(ncounters) F(pad) F(session_addr)
     return 0;
 }
 EOF
@@ -173,7 +173,7 @@ mkfifo "$T/in.bad"
 exec {BIN}>"$T/in.bad"
 for _ in $(seq 100); do grep -q ready "$T/out.bad" 2>/dev/null && break; sleep 0.05; done
 out=$(G -p "$BPID" -ex "source $GDBPY" -ex 'memlyze status' -ex "memlyze snapshot $T/bad.mlyze")
-check "another descriptor version: refused, one line each" bash -c "[ \$(grep -c '^memlyze: payload version differs from the scripts: memlyze_info version 2' <<<\"\$0\") -eq 2 ]" "$out"
+check "another descriptor version: refused, one line each" bash -c "[ \$(grep -c '^memlyze: payload version differs from the scripts: memlyze_info version 3' <<<\"\$0\") -eq 2 ]" "$out"
 check "another descriptor version: no file written" test ! -e "$T/bad.mlyze"
 exec {BIN}>&-; wait "$BPID"
 start_holder loaded 1 MEMLYZE_MODE=
