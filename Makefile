@@ -44,6 +44,7 @@ BENCH_BIN  := $(patsubst bench/%.c,$(O)/bench/%,$(wildcard bench/*.c))
 LIBFORMAT := $(O)/libmlzformat.a
 LIBCORE   := $(O)/libmlzcore.a
 LIBGOT    := $(O)/libmlzgot.a
+LIBREADER := $(O)/libmlzreader.a
 PAYLOAD   := $(if $(PAYLOAD_OBJ),$(O)/lib/libmemlyze.so $(O)/lib/libmemlyze-preload.so)
 MEMLYZE   := $(O)/bin/memlyze
 ATTACH    := $(O)/bin/memlyze-attach
@@ -66,6 +67,11 @@ $(LIBCORE): $(CORE_OBJ)
 	rm -f $@ && ar rcs $@ $^
 
 $(LIBGOT): $(GOT_OBJ)
+	@mkdir -p $(@D)
+	rm -f $@ && ar rcs $@ $^
+
+# The memlyze command's library code (all but its command table), for unit tests.
+$(LIBREADER): $(filter-out %/main.o,$(READER_OBJ))
 	@mkdir -p $(@D)
 	rm -f $@ && ar rcs $@ $^
 
@@ -98,9 +104,9 @@ $(DETACH): $(O)/injector/detach_main.o $(INJ_OBJ)
 $(O)/bin/memlyze-snapshot: $(MEMLYZE)
 	ln -sf memlyze $@
 
-$(O)/tests/%: $(O)/tests/unit/%.o $(LIBS)
+$(O)/tests/%: $(O)/tests/unit/%.o $(LIBREADER) $(LIBS)
 	@mkdir -p $(@D)
-	$(CC) $(LDFLAGS) -o $@ $< $(LIBS) $(SYSLIBS)
+	$(CC) $(LDFLAGS) -o $@ $< $(LIBREADER) $(LIBS) $(SYSLIBS)
 
 $(O)/bench/%: $(O)/bench/%.o $(LIBS)
 	@mkdir -p $(@D)

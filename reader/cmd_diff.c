@@ -17,13 +17,17 @@
 
 #include <getopt.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 typedef struct dsite {
     double a, va, b, vb;      /* live bytes and variances in A and B */
     double ca, cb;            /* live objects */
-    est g, gc;                /* growth in bytes and objects, as reported */
+    pd_growth pg;             /* paired: born and died bytes */
+    double gc;                /* paired: growth in objects */
+    est g;                    /* growth in bytes, as reported... */
+    double lo, hi;            /* ...with its 95% interval */
     char frames[4][256];
     unsigned nframes;
 } dsite;
@@ -103,7 +107,7 @@ typedef struct pairing {
     dtab *t;
     const uint32_t *ids[2];   /* A's and B's site -> position in t */
     const prof *pa;
-    est total;
+    pd_growth total;
     uint64_t born, died;
 } pairing;
 
@@ -111,15 +115,42 @@ static void on_change(void *arg, const prof *p, const addr_obj *o, int sign)
 {
     pairing *pg = arg;
     dsite *d = &pg->t->v[pg->ids[p == pg->pa ? 0 : 1][o->site]];
-    double wb = sign * mlz_weight_bytes(o->size, p->rate), vb = mlz_var_bytes(o->size, p->rate);
-    d->g.value += wb;
-    d->g.var += vb;
-    d->gc.value += sign * mlz_weight_count(o->size, p->rate);
-    d->gc.var += mlz_var_count(o->size, p->rate);
-    pg->total.value += wb;
-    pg->total.var += vb;
+    double wb = mlz_weight_bytes(o->size, p->rate), vb = mlz_var_bytes(o->size, p->rate);
+    pd_add(&d->pg, wb, vb, sign);
+    pd_add(&pg->total, wb, vb, sign);
+    d->gc += sign * mlz_weight_count(o->size, p->rate);
     if (sign > 0) pg->born++;
     else pg->died++;
+}
+
+/* What is reported: the growth, its 95% interval, and the normal
+ * half-width (1.96 sd) of the JSON's growth_bytes_ci95. */
+static void growth_paired(dsite *d, const pd_growth *g, double count)
+{
+    d->g = (est){ pd_value(g), g->born.var + g->died.var };
+    pd_interval95(g, &d->lo, &d->hi);
+    d->gc = count;
+}
+
+static void growth_independent(dsite *d, double growth, double var, double count)
+{
+    d->g = (est){ growth, var };
+    d->lo = growth - est_ci95(&d->g);
+    d->hi = growth + est_ci95(&d->g);
+    d->gc = count;
+}
+
+/* "4.00 MiB ± 1.2 MiB", or "4.00 MiB (1.9 MiB .. 7.1 MiB)" when the
+ * interval is not symmetric (paired growth from few samples). */
+static const char *growth_cell(const dsite *d, char *buf, size_t len)
+{
+    char g[32], x[32], y[32];
+    double h = (d->hi - d->lo) / 2;
+    cli_bytes(d->g.value, g, sizeof g);
+    if (fabs(d->g.value - d->lo - h) <= 1e-6 * (h + 1))
+        snprintf(buf, len, "%s \xc2\xb1 %s", g, cli_bytes(h, x, sizeof x));
+    else snprintf(buf, len, "%s (%s .. %s)", g, cli_bytes(d->lo, x, sizeof x), cli_bytes(d->hi, y, sizeof y));
+    return buf;
 }
 
 static int cmp_growth(const void *x, const void *y)
@@ -164,18 +195,18 @@ static int run(int argc, char **argv)
     const char *xa = sa.p.meta->exe, *xb = sb.p.meta->exe;
     if (xa && xb && *xa && *xb && strcmp(xa, xb))
         fprintf(stderr, "memlyze diff: warning: different programs: %s is %s, %s is %s\n", a, xa, b, xb);
-    pairing pg = { &t, { sa.ids, sb.ids }, &sa.p, { 0, 0 }, 0, 0 };
+    pairing pg = { &t, { sa.ids, sb.ids }, &sa.p, { { 0, 0 }, { 0, 0 } }, 0, 0 };
     double ta = 0, tb = 0, tva = 0, tvb = 0;
     if (paired) pd_changes(&sa.p, sa.ids, &sb.p, sb.ids, on_change, &pg);
     for (size_t i = 0; i < t.n; i++) {
         dsite *d = &t.v[i];
         ta += d->a; tb += d->b; tva += d->va; tvb += d->vb;
-        if (!paired) {
-            d->g = (est){ d->b - d->a, d->va + d->vb };
-            d->gc = (est){ d->cb - d->ca, 0 };
-        }
+        if (paired) growth_paired(d, &d->pg, d->gc);
+        else growth_independent(d, d->b - d->a, d->va + d->vb, d->cb - d->ca);
     }
-    est total = paired ? pg.total : (est){ tb - ta, tva + tvb };
+    dsite total;
+    if (paired) growth_paired(&total, &pg.total, 0);
+    else growth_independent(&total, tb - ta, tva + tvb, 0);
     unload(&sa);
     unload(&sb);
     qsort(t.v, t.n, sizeof *t.v, cmp_growth);
@@ -189,8 +220,10 @@ static int run(int argc, char **argv)
         json_t *root = json_object(), *arr = json_array();
         json_object_set_new(root, "a", json_string(from.s ? from.s : a));
         json_object_set_new(root, "b", json_string(to.s ? to.s : b));
-        json_object_set_new(root, "growth_bytes", json_real(total.value));
-        json_object_set_new(root, "growth_bytes_ci95", json_real(est_ci95(&total)));
+        json_object_set_new(root, "growth_bytes", json_real(total.g.value));
+        json_object_set_new(root, "growth_bytes_ci95", json_real(est_ci95(&total.g)));
+        json_object_set_new(root, "growth_bytes_low", json_real(total.lo));
+        json_object_set_new(root, "growth_bytes_high", json_real(total.hi));
         json_object_set_new(root, "estimate", json_string(paired ? "paired" : "independent"));
         if (paired) {
             json_object_set_new(root, "samples_born", json_integer((json_int_t)pg.born));
@@ -201,9 +234,11 @@ static int run(int argc, char **argv)
             json_t *o = json_object(), *fa = json_array();
             json_object_set_new(o, "growth_bytes", json_real(d->g.value));
             json_object_set_new(o, "growth_bytes_ci95", json_real(est_ci95(&d->g)));
+            json_object_set_new(o, "growth_bytes_low", json_real(d->lo));
+            json_object_set_new(o, "growth_bytes_high", json_real(d->hi));
             json_object_set_new(o, "a_bytes", json_real(d->a));
             json_object_set_new(o, "b_bytes", json_real(d->b));
-            json_object_set_new(o, "growth_count", json_real(d->gc.value));
+            json_object_set_new(o, "growth_count", json_real(d->gc));
             for (unsigned j = 0; j < d->nframes; j++) json_array_append_new(fa, json_string(d->frames[j]));
             json_object_set_new(o, "frames", fa);
             json_array_append_new(arr, o);
@@ -213,18 +248,18 @@ static int run(int argc, char **argv)
         putchar('\n');
         json_decref(root);
     } else {
-        printf("live heap %s -> %s (%+.1f%%); growth %s \xc2\xb1 %s (95%%; %s)\n", cli_bytes(ta, b1, sizeof b1),
-               cli_bytes(tb, b2, sizeof b2), ta > 0 ? 100 * (tb - ta) / ta : 0.0, cli_bytes(total.value, b3, sizeof b3),
-               cli_bytes(est_ci95(&total), b4, sizeof b4), how);
-        printf("%4s  %-26s %11s %11s  %s\n", "rank", "growth (95% interval)", "A", "B", "site");
+        char cell[96];
+        printf("live heap %s -> %s (%+.1f%%); growth %s (%s)\n", cli_bytes(ta, b1, sizeof b1),
+               cli_bytes(tb, b2, sizeof b2), ta > 0 ? 100 * (tb - ta) / ta : 0.0, growth_cell(&total, cell, sizeof cell),
+               how);
+        printf("%4s  %-36s %11s %11s  %s\n", "rank", "growth (95% interval)", "A", "B", "site");
         for (size_t i = 0; i < t.n && i < (size_t)n; i++) {
             dsite *d = &t.v[i];
-            char cell[64];
-            snprintf(cell, sizeof cell, "%s \xc2\xb1 %s", cli_bytes(d->g.value, b1, sizeof b1),
-                     cli_bytes(est_ci95(&d->g), b2, sizeof b2));
-            printf("%4zu  %-27s %11s %11s  %s\n", i + 1, cell, cli_bytes(d->a, b3, sizeof b3),
+            growth_cell(d, cell, sizeof cell);
+            int w = 36 + (strstr(cell, "\xc2\xb1") != NULL);   /* ± is two bytes, one column */
+            printf("%4zu  %-*s %11s %11s  %s\n", i + 1, w, cell, cli_bytes(d->a, b3, sizeof b3),
                    cli_bytes(d->b, b4, sizeof b4), d->nframes ? d->frames[0] : "(no frames)");
-            for (unsigned j = 1; j < d->nframes; j++) printf("%4s  %-26s %11s %11s    <- %s\n", "", "", "", "", d->frames[j]);
+            for (unsigned j = 1; j < d->nframes; j++) printf("%4s  %-36s %11s %11s    <- %s\n", "", "", "", "", d->frames[j]);
         }
         if (!t.n) printf("(no allocation sites)\n");
     }
@@ -242,7 +277,8 @@ const mlz_command cmd_diff = {
     "same program), or of FILE at times T1 and T2 (seconds since its start, or\n"
     "microseconds since the epoch), site by site, sorted by growth: the sites\n"
     "that leak come first. Sites are matched by function, file and line, not by\n"
-    "address. Each growth has its 95% interval. Two snapshots of one attach\n"
+    "address. Each growth has its 95% interval (value \xc2\xb1 half-width, or\n"
+    "low .. high when it is not symmetric). Two snapshots of one attach\n"
     "session, or two moments of one file, share their samples: growth and\n"
     "interval then come from the samples born or freed in between only\n"
     "(\"paired\" in the first line); otherwise the two sides are independent\n"

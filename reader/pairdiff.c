@@ -4,6 +4,7 @@
 #include "pairdiff.h"
 
 #include <jansson.h>
+#include <math.h>
 #include <string.h>
 
 static const char *session_of(const mlz_meta *m)
@@ -47,4 +48,36 @@ void pd_changes(const prof *a, const uint32_t *site_a, const prof *b, const uint
     walk born = { b, a, site_b, site_a, +1, fn, arg }, died = { a, b, site_a, site_b, -1, fn, arg };
     addrmap_each(&b->live, visit, &born);
     addrmap_each(&a->live, visit, &died);
+}
+
+void pd_add(pd_growth *g, double weight, double var, int sign)
+{
+    est *e = sign > 0 ? &g->born : &g->died;
+    e->value += weight;
+    e->var += var;
+}
+
+double pd_value(const pd_growth *g)
+{
+    return g->born.value - g->died.value;
+}
+
+/* Score interval of one part's total T: (est - T)^2 <= z^2 r T. */
+static void score95(const est *e, double *lo, double *hi)
+{
+    const double z = 1.96;
+    if (e->value <= 0 || e->var <= 0) { *lo = *hi = e->value; return; }
+    double r = e->var / e->value, c = z * z * r / 2, h = sqrt(z * z * r * e->value + c * c);
+    *lo = e->value + c - h;
+    *hi = e->value + c + h;
+    if (*lo < 0) *lo = 0;    /* rounding: the roots' product is est^2 >= 0 */
+}
+
+void pd_interval95(const pd_growth *g, double *lo, double *hi)
+{
+    double bl, bh, dl, dh, b = g->born.value, d = g->died.value;
+    score95(&g->born, &bl, &bh);
+    score95(&g->died, &dl, &dh);
+    *lo = b - d - sqrt((b - bl) * (b - bl) + (dh - d) * (dh - d));
+    *hi = b - d + sqrt((bh - b) * (bh - b) + (d - dl) * (d - dl));
 }

@@ -33,4 +33,22 @@ typedef void (*pd_fn)(void *arg, const prof *p, const addr_obj *o, int sign);
 void pd_changes(const prof *a, const uint32_t *site_a, const prof *b, const uint32_t *site_b,
                 pd_fn fn, void *arg);
 
+/* A paired growth: the born and the died samples' weights and variance
+ * terms, summed apart. */
+typedef struct pd_growth {
+    est born, died;
+} pd_growth;
+
+void   pd_add(pd_growth *g, double weight, double var, int sign);
+double pd_value(const pd_growth *g);       /* born - died */
+/* The 95% interval of born - died. Few samples make the normal interval
+ * (value +- 1.96 sd) miss low: one sample of a 4-sample leak shows a
+ * quarter of it with a quarter of its variance. So each part gets a score
+ * interval, the totals T that its estimate does not reject at 5% given a
+ * variance proportional to T (Var = r T, r = the part's variance terms per
+ * estimated byte: exact for objects of one size), and the difference
+ * combines the two by the method of variance estimates recovery (MOVER).
+ * No samples: [0, 0]. Many samples: the normal interval. */
+void   pd_interval95(const pd_growth *g, double *lo, double *hi);
+
 #endif

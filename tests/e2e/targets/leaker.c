@@ -3,7 +3,7 @@
  *
  *   leaker LEAK_BYTES    (standard input: a fifo the test writes to)
  *
- * Waits for a line on stdin (time to attach), then, before the first
+ * Prints "ready" and waits for a line on stdin (time to attach), then, before the first
  * snapshot: steady_site holds 16 MiB it never touches,
  * shrink_site holds 8 MiB. Prints "A" and waits for a line on stdin; then
  * leak_site allocates exactly LEAK_BYTES (mixed sizes, never freed) and
@@ -45,6 +45,8 @@ int main(int argc, char **argv)
 {
     if (argc != 2) { fprintf(stderr, "usage: leaker LEAK_BYTES\n"); return 2; }
     size_t leak = strtoull(argv[1], NULL, 10);
+    printf("ready\n");
+    fflush(stdout);
     wait_line();
     for (size_t done = 0; done < (16u << 20);) {
         size_t n = next_size(64, 65536);
