@@ -1,7 +1,7 @@
 # memlyze - build, test, install.
 #
 #   make                 build everything under build/
-#   make test            build and run every test; ends with "N passed, N failed"
+#   make test            build and run every test; ends with "N passed, N failed, N skipped"
 #   make asan            the unit tests under ASan+UBSan (also part of make test)
 #   make fuzz            run the reader fuzzer for FUZZ_SECONDS (default 60)
 #   make deps            apt-get the Debian packages the build and tests need

@@ -9,7 +9,7 @@
 export PYTHONDONTWRITEBYTECODE=1      # no __pycache__ next to the scripts
 GDBPY="$ROOT/scripts/gdb/memlyze.py"
 if ! command -v gdb >/dev/null || ! gdb -nx -batch -ex 'python print(1)' >/dev/null 2>&1; then
-    echo "SKIP: gdb with Python is not installed (make deps): gdb attach tests not run"
+    skip "gdb attach" "gdb with Python not installed; make deps"
     finish
 fi
 export MEMLYZE_PAYLOAD="$B/lib/libmemlyze.so" MEMLYZE_BIN="$MEMLYZE"

@@ -10,7 +10,7 @@ export PYTHONDONTWRITEBYTECODE=1      # no __pycache__ next to the scripts
 GDBPY="$ROOT/scripts/gdb/memlyze.py"
 CANON="$ROOT/tests/e2e/targets/dbg_canon.py"
 if ! command -v gdb >/dev/null || ! command -v gcore >/dev/null || ! gdb -nx -batch -ex 'python print(1)' >/dev/null 2>&1; then
-    echo "SKIP: gdb with Python (and gcore) is not installed (make deps): gdb core-file tests not run"
+    skip "gdb core files" "gdb with Python and gcore not installed; make deps"
     finish
 fi
 G() { timeout 120 gdb -q -nx -batch -iex 'set debuginfod enabled off' -iex 'set pagination off' "$@" 2>&1; }

@@ -11,7 +11,7 @@ GDBPY="$ROOT/scripts/gdb/memlyze.py"
 CANON="$ROOT/tests/e2e/targets/dbg_canon.py"
 LIB="$B/lib/libmemlyze.so"
 if ! command -v gdb >/dev/null || ! gdb -nx -batch -ex 'python print(1)' >/dev/null 2>&1; then
-    echo "SKIP: gdb with Python is not installed (make deps): gdb script tests not run"
+    skip "gdb scripts" "gdb with Python not installed; make deps"
     finish
 fi
 # G ARGS...: gdb in batch mode with the script loaded (after -p/-c/exe).

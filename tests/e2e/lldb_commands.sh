@@ -26,7 +26,7 @@ find_lldb() {   # sets LLDB and LLDB_PY (the PYTHONPATH it needs), or returns 1
     PYTHONPATH=$LLDB_PY "$LLDB" --batch -o 'script print(6*7)' 2>&1 | grep -qx 42
 }
 if ! find_lldb; then
-    echo "SKIP: lldb with its Python is not installed (Debian: apt-get install lldb python3-lldb-14): lldb tests not run"
+    skip "lldb commands" "lldb with its Python not installed; Debian: lldb python3-lldb-14"
     finish
 fi
 # L LLDB-ARGS... -- COMMANDS...: the script imported, then COMMANDS, all of
@@ -103,7 +103,7 @@ if command -v gcore >/dev/null; then
     check "core: attach refused, one line" one_error "$(grep '^error: ' <<<"$out")" "a core file cannot be profiled"
     rm -f "$T/gc.$CPID"
 else
-    echo "SKIP: gcore (gdb) is not installed: lldb core-file test not run"
+    skip "lldb core file" "gcore (gdb) not installed"
 fi
 
 # 3. attach / detach round trip, each in its own lldb session.

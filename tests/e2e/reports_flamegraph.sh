@@ -111,7 +111,7 @@ assert rect('main (known.c:45)')['x'] == '10.00'
 assert re.search(r'data-n=\"site_thread \(known.c:27\)\"[^>]*style=\"display: none;\"', d)
 "
 else
-    skip "chromium not installed (Debian package chromium): flame graphs not opened in a browser"
+    skip "flame graphs in a browser" "chromium not installed; Debian package chromium"
 fi
 
 # Errors.

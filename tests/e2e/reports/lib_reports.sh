@@ -42,4 +42,3 @@ dom() {
         --disable-component-update --disable-sync --no-first-run --user-data-dir="$prof" \
         --dump-dom "$1" 2>/dev/null
 }
-skip() { echo "SKIP: $1"; }

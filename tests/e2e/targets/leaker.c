@@ -4,9 +4,10 @@
  *   leaker LEAK_BYTES    (standard input: a fifo the test writes to)
  *
  * Prints "ready" and waits for a line on stdin (time to attach), then, before the first
- * snapshot: steady_site holds 16 MiB it never touches,
- * shrink_site holds 8 MiB. Prints "A" and waits for a line on stdin; then
- * leak_site allocates exactly LEAK_BYTES (mixed sizes, never freed) and
+ * snapshot: steady_site holds 16 MiB it never touches, shrink_site holds
+ * 8 MiB, and leak_site has leaked 16 MiB already (a server found leaking).
+ * Prints "A" and waits for a line on stdin; then leak_site allocates
+ * exactly LEAK_BYTES more (mixed sizes, never freed) and
  * shrink_site frees every other block (about 4 MiB). Prints "B BYTES" (the
  * bytes shrink_site freed) and waits for stdin to close. Sizes come from a fixed generator, so
  * the true growth of each site is known exactly.
@@ -35,6 +36,16 @@ NOINLINE static void *steady_site(size_t n) { void *p = malloc(n); memset(p, 1, 
 NOINLINE static void *shrink_site(size_t n) { void *p = malloc(n); memset(p, 2, n); return p; }
 NOINLINE static void *leak_site(size_t n) { void *p = malloc(n); memset(p, 3, n); return p; }
 
+static void leak_bytes(size_t leak)
+{
+    for (size_t done = 0; done < leak;) {
+        size_t n = next_size(32, 65536);
+        if (n > leak - done) n = leak - done;
+        keep[nkeep++] = leak_site(n);
+        done += n;
+    }
+}
+
 static void wait_line(void)
 {
     char c;
@@ -62,15 +73,11 @@ int main(int argc, char **argv)
         shrink[nshrink++] = shrink_site(n);
         done += n;
     }
+    leak_bytes(16u << 20);
     printf("A\n");
     fflush(stdout);
     wait_line();
-    for (size_t done = 0; done < leak;) {
-        size_t n = next_size(32, 65536);
-        if (n > leak - done) n = leak - done;
-        keep[nkeep++] = leak_site(n);
-        done += n;
-    }
+    leak_bytes(leak);
     for (size_t i = 0; i < nshrink; i += 2) {
         shrunk += shrink_size[i];
         free(shrink[i]);
