@@ -39,6 +39,8 @@ READER_OBJ := $(patsubst %.c,$(O)/%.o,$(wildcard reader/*.c))
 INJ_OBJ    := $(patsubst %.c,$(O)/%.o,$(filter-out %_main.c,$(wildcard injector/*.c)))
 UNIT_SRC   := $(wildcard tests/unit/test_*.c)
 UNIT_BIN   := $(patsubst tests/unit/%.c,$(O)/tests/%,$(UNIT_SRC))
+# Tests that build and run programs of their own (tests/targets/gotpatch).
+PROG_BIN   := $(patsubst tests/gotpatch/%.c,$(O)/tests/%,$(wildcard tests/gotpatch/test_*.c))
 BENCH_BIN  := $(patsubst bench/%.c,$(O)/bench/%,$(wildcard bench/*.c))
 
 LIBFORMAT := $(O)/libmlzformat.a
@@ -52,7 +54,7 @@ DETACH    := $(O)/bin/memlyze-detach
 LIBS      := $(LIBGOT) $(LIBCORE) $(LIBFORMAT)
 
 .PHONY: all test asan tsan-bins unit-bins fuzz deps install clean bench demo
-all: $(MEMLYZE) $(O)/bin/memlyze-snapshot $(PAYLOAD) $(ATTACH) $(DETACH) $(UNIT_BIN) $(BENCH_BIN)
+all: $(MEMLYZE) $(O)/bin/memlyze-snapshot $(PAYLOAD) $(ATTACH) $(DETACH) $(UNIT_BIN) $(PROG_BIN) $(BENCH_BIN)
 
 $(O)/%.o: %.c
 	@mkdir -p $(@D)
@@ -108,11 +110,15 @@ $(O)/tests/%: $(O)/tests/unit/%.o $(LIBREADER) $(LIBS)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $< $(LIBREADER) $(LIBS) $(SYSLIBS)
 
+$(PROG_BIN): $(O)/tests/%: $(O)/tests/gotpatch/%.o $(LIBS)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $< $(LIBS) $(SYSLIBS)
+
 $(O)/bench/%: $(O)/bench/%.o $(LIBS)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $< $(LIBS) $(SYSLIBS)
 
-unit-bins: $(UNIT_BIN) $(MEMLYZE) $(ATTACH) $(DETACH)
+unit-bins: $(UNIT_BIN) $(PROG_BIN) $(MEMLYZE) $(ATTACH) $(DETACH)
 
 # Lock-free structures get a ThreadSanitizer build of their own tests.
 TSAN_TESTS := $(patsubst tests/unit/%.c,%,$(wildcard tests/unit/test_lf_*.c))

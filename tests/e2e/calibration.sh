@@ -6,7 +6,7 @@
 # site (unbiased weights: the spec's constant weight S would miss the large
 # sites by 37-76%, far outside that).
 . "$(dirname "$0")/lib.sh"
-cc -O2 -g -fno-omit-frame-pointer -o "$T/calib" "$ROOT/tests/e2e/targets/calib.c" || fail "build calib"
+cc -O2 -g -fno-omit-frame-pointer -o "$T/calib" "$ROOT/tests/targets/calib.c" || fail "build calib"
 for seed in $(seq 1 50); do
     "$MEMLYZE" run -r 64k --seed "$seed" -o "$T/c$seed.mlyze" -- "$T/calib" 2>/dev/null
     "$MEMLYZE" top --json -n 50 "$T/c$seed.mlyze" > "$T/c$seed.json"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # memlyze diff pairs the samples two snapshots of one attached process
-# share: a known leak (tests/e2e/targets/leaker.c) of 2, 4 and 32 MiB at the
+# share: a known leak (tests/targets/leaker.c) of 2, 4 and 32 MiB at the
 # default rate, 30 runs each with different seeds (fixed, so CI is
 # repeatable). The 95% interval must cover the true growth in >= 93% of the
 # runs for every size; the 4 MiB leak must rank first with an interval
@@ -12,7 +12,7 @@
 #   DIFF_PAIRED_RUNS=N   runs per size (default 30)
 . "$(dirname "$0")/lib.sh"
 RUNS=${DIFF_PAIRED_RUNS:-30}
-cc -O2 -g -fno-omit-frame-pointer -o "$T/leaker" "$ROOT/tests/e2e/targets/leaker.c" || { fail "build leaker"; finish; }
+cc -O2 -g -fno-omit-frame-pointer -o "$T/leaker" "$ROOT/tests/targets/leaker.c" || { fail "build leaker"; finish; }
 cp "$T/leaker" "$T/other_program"
 
 # wait_for FILE PATTERN: up to 10 s.

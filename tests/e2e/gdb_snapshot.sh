@@ -8,7 +8,7 @@
 . "$(dirname "$0")/lib.sh"
 export PYTHONDONTWRITEBYTECODE=1      # no __pycache__ next to the scripts
 GDBPY="$ROOT/scripts/gdb/memlyze.py"
-CANON="$ROOT/tests/e2e/targets/dbg_canon.py"
+CANON="$ROOT/tests/e2e/dbg_canon.py"
 LIB="$B/lib/libmemlyze.so"
 if ! command -v gdb >/dev/null || ! gdb -nx -batch -ex 'python print(1)' >/dev/null 2>&1; then
     skip "gdb scripts" "gdb with Python not installed; make deps"
@@ -97,7 +97,7 @@ o = m.INFO_OFFSETS['entry_check']
 bad(good[:o] + struct.pack('<I', 60) + good[o + 4:], 'layout')
 "
 
-cc -O2 -g -pthread -o "$T/holder" "$ROOT/tests/e2e/targets/holder.c" || fail "build holder"
+cc -O2 -g -pthread -o "$T/holder" "$ROOT/tests/targets/holder.c" || fail "build holder"
 start_holder() {   # start_holder NAME RATE [ENV...]: sets HPID, HIN
     local name=$1 rate=$2; shift 2
     mkfifo "$T/in.$name"
@@ -167,7 +167,7 @@ sleep 60 & SPID=$!
 out=$(G -p "$SPID" -ex "source $GDBPY" -ex 'memlyze snapshot x.mlyze')
 check "no payload: one line" one_error "$out" "no memlyze payload in this process"
 kill "$SPID"; wait "$SPID" 2>/dev/null
-cc -O1 -g -o "$T/badinfo" "$ROOT/tests/e2e/targets/dbg_badinfo.c" || fail "build badinfo"
+cc -O1 -g -o "$T/badinfo" "$ROOT/tests/targets/dbg_badinfo.c" || fail "build badinfo"
 mkfifo "$T/in.bad"
 "$T/badinfo" < "$T/in.bad" > "$T/out.bad" & BPID=$!
 exec {BIN}>"$T/in.bad"

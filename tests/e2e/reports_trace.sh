@@ -2,7 +2,7 @@
 # Reports on a trace with known allocations (exact mode): tree, leaks,
 # temporary, top --at and diff between two moments of one trace.
 . "$(dirname "$0")/lib.sh"
-cc -O2 -g -fno-omit-frame-pointer -pthread -o "$T/known" "$ROOT/tests/e2e/targets/known.c" || fail "build known"
+cc -O2 -g -fno-omit-frame-pointer -pthread -o "$T/known" "$ROOT/tests/targets/known.c" || fail "build known"
 "$MEMLYZE" run -r 1 -o "$T/k.mlyze" -- "$T/known" >/dev/null 2>&1
 J() { python3 -c "import json, sys; d=json.load(open('$1')); $2"; }
 
