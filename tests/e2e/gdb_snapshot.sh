@@ -89,8 +89,9 @@ def bad(raw, words):
         return
     raise SystemExit('accepted: ' + words)
 bad(b'MLZINFX' + bytes(1) + good[8:], 'magic')
-bad(good[:8] + struct.pack('<II', 2, m.INFO_SIZE) + good[16:], 'version 2')
-bad(good[:8] + struct.pack('<II', 1, m.INFO_SIZE + 8) + good[16:] + bytes(8), '%d bytes' % (m.INFO_SIZE + 8))
+v = m.INFO_VERSION
+bad(good[:8] + struct.pack('<II', v + 1, m.INFO_SIZE) + good[16:], 'version %d' % (v + 1))
+bad(good[:8] + struct.pack('<II', v, m.INFO_SIZE + 8) + good[16:] + bytes(8), '%d bytes' % (m.INFO_SIZE + 8))
 o = m.INFO_OFFSETS['check_algorithm']
 bad(good[:o] + struct.pack('<I', 2) + good[o + 4:], 'check algorithm 2')
 o = m.INFO_OFFSETS['entry_check']
