@@ -284,5 +284,7 @@ const mlz_command cmd_diff = {
     "(\"paired\" in the first line); otherwise the two sides are independent\n"
     "estimates, and a warning names the programs if they differ.\n"
     "  -n N      sites shown (default 10)\n"
-    "  --json    the same as a JSON document\n",
+    "  --json    the same as a JSON document: growth_bytes with its interval\n"
+    "            growth_bytes_low .. growth_bytes_high (growth_bytes_ci95: the\n"
+    "            normal half-width), \"estimate\": \"paired\" or \"independent\"\n",
 };
