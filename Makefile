@@ -1,7 +1,7 @@
 # memlyze - build, test, install.
 #
 #   make                 build everything under build/
-#   make test            build and run every test; ends with "N passed, N failed"
+#   make test            build and run every test; ends with "N passed, N failed, N skipped"
 #   make asan            the unit tests under ASan+UBSan (also part of make test)
 #   make fuzz            run the reader fuzzer for FUZZ_SECONDS (default 60)
 #   make soak            long attach/detach and kill runs (not in CI)
@@ -40,11 +40,14 @@ READER_OBJ := $(patsubst %.c,$(O)/%.o,$(wildcard reader/*.c))
 INJ_OBJ    := $(patsubst %.c,$(O)/%.o,$(filter-out %_main.c,$(wildcard injector/*.c)))
 UNIT_SRC   := $(wildcard tests/unit/test_*.c)
 UNIT_BIN   := $(patsubst tests/unit/%.c,$(O)/tests/%,$(UNIT_SRC))
+# Tests that build and run programs of their own (tests/targets/gotpatch).
+PROG_BIN   := $(patsubst tests/gotpatch/%.c,$(O)/tests/%,$(wildcard tests/gotpatch/test_*.c))
 BENCH_BIN  := $(patsubst bench/%.c,$(O)/bench/%,$(wildcard bench/*.c))
 
 LIBFORMAT := $(O)/libmlzformat.a
 LIBCORE   := $(O)/libmlzcore.a
 LIBGOT    := $(O)/libmlzgot.a
+LIBREADER := $(O)/libmlzreader.a
 PAYLOAD   := $(if $(PAYLOAD_OBJ),$(O)/lib/libmemlyze.so $(O)/lib/libmemlyze-preload.so)
 MEMLYZE   := $(O)/bin/memlyze
 ATTACH    := $(O)/bin/memlyze-attach
@@ -52,7 +55,7 @@ DETACH    := $(O)/bin/memlyze-detach
 LIBS      := $(LIBGOT) $(LIBCORE) $(LIBFORMAT)
 
 .PHONY: all test asan tsan-bins unit-bins fuzz deps install clean bench demo soak
-all: $(MEMLYZE) $(O)/bin/memlyze-snapshot $(PAYLOAD) $(ATTACH) $(DETACH) $(UNIT_BIN) $(BENCH_BIN)
+all: $(MEMLYZE) $(O)/bin/memlyze-snapshot $(PAYLOAD) $(ATTACH) $(DETACH) $(UNIT_BIN) $(PROG_BIN) $(BENCH_BIN)
 
 $(O)/%.o: %.c
 	@mkdir -p $(@D)
@@ -67,6 +70,11 @@ $(LIBCORE): $(CORE_OBJ)
 	rm -f $@ && ar rcs $@ $^
 
 $(LIBGOT): $(GOT_OBJ)
+	@mkdir -p $(@D)
+	rm -f $@ && ar rcs $@ $^
+
+# The memlyze command's library code (all but its command table), for unit tests.
+$(LIBREADER): $(filter-out %/main.o,$(READER_OBJ))
 	@mkdir -p $(@D)
 	rm -f $@ && ar rcs $@ $^
 
@@ -99,7 +107,11 @@ $(DETACH): $(O)/injector/detach_main.o $(INJ_OBJ)
 $(O)/bin/memlyze-snapshot: $(MEMLYZE)
 	ln -sf memlyze $@
 
-$(O)/tests/%: $(O)/tests/unit/%.o $(LIBS)
+$(O)/tests/%: $(O)/tests/unit/%.o $(LIBREADER) $(LIBS)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $< $(LIBREADER) $(LIBS) $(SYSLIBS)
+
+$(PROG_BIN): $(O)/tests/%: $(O)/tests/gotpatch/%.o $(LIBS)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $< $(LIBS) $(SYSLIBS)
 
@@ -107,7 +119,7 @@ $(O)/bench/%: $(O)/bench/%.o $(LIBS)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $< $(LIBS) $(SYSLIBS)
 
-unit-bins: $(UNIT_BIN) $(MEMLYZE) $(ATTACH) $(DETACH)
+unit-bins: $(UNIT_BIN) $(PROG_BIN) $(MEMLYZE) $(ATTACH) $(DETACH)
 
 # Lock-free structures get a ThreadSanitizer build of their own tests.
 TSAN_TESTS := $(patsubst tests/unit/%.c,%,$(wildcard tests/unit/test_lf_*.c))

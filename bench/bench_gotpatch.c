@@ -2,7 +2,7 @@
  * bench_gotpatch.c - time to patch every module of a process with 50 shared
  * libraries (plus libc, libtp and the executable), and the slots patched.
  *
- * Generates the 50 tiny libraries at run time (tests/gotpatch/benchlib.c,
+ * Generates the 50 tiny libraries at run time (tests/targets/gotpatch/benchlib.c,
  * each calling malloc, calloc, realloc and free through its own PLT), links a
  * program against all of them and the test payload, and runs it; the program
  * times mlz_got_patch_all() and mlz_got_unpatch_all() over N cycles and
@@ -20,11 +20,11 @@ int main(int argc, char **argv)
     atexit(tp_cleanup);
     if (tp_build_payload()) return 1;
     if (tp_sh("cd '%s' && for i in $(seq 1 50); do "
-              "cc -O2 -fPIC -shared -DIDX=$i -o '%s'/libbench$i.so tests/gotpatch/benchlib.c || exit 1; done",
+              "cc -O2 -fPIC -shared -DIDX=$i -o '%s'/libbench$i.so tests/targets/gotpatch/benchlib.c || exit 1; done",
               tp_root, tp_dir))
         return 1;
     if (tp_sh("cd '%s' && cc -std=c11 -O2 -D_GNU_SOURCE -Igotpatch -Itests/gotpatch "
-              "tests/gotpatch/bench_main.c -o '%s/bench_main' -L'%s' -Wl,--no-as-needed "
+              "tests/targets/gotpatch/bench_main.c -o '%s/bench_main' -L'%s' -Wl,--no-as-needed "
               "$(for i in $(seq 1 50); do printf ' -lbench%%d' $i; done) -ltp -Wl,-rpath,'%s'",
               tp_root, tp_dir, tp_dir, tp_dir))
         return 1;

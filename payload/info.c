@@ -49,4 +49,5 @@ MLZ_EXPORT const struct memlyze_info memlyze_info = {
     .counters_addr = A(mlz__g.c),
     .counter_names_addr = (uint64_t)(uintptr_t)counter_names,
     .ncounters = sizeof counter_names / sizeof *counter_names,
+    .session_addr = A(mlz__g.session),
 };

@@ -15,7 +15,7 @@
 #include <stdint.h>
 
 #define MEMLYZE_INFO_MAGIC   "MLZINFO"  /* 8 bytes with the NUL */
-#define MEMLYZE_INFO_VERSION 1
+#define MEMLYZE_INFO_VERSION 2   /* 2: session_addr */
 
 struct memlyze_info {
     char     magic[8];
@@ -49,6 +49,10 @@ struct memlyze_info {
     uint64_t counter_names_addr;   /* array of ncounters string addresses */
     uint32_t ncounters;
     uint32_t pad;
+
+    /* uint64_t, different for every sampling session (attach, or the
+     * child of a followed fork): snapshots of one session share samples. */
+    uint64_t session_addr;
 };
 
 #endif

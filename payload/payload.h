@@ -82,6 +82,7 @@ typedef struct mlz_global {
     int coverage;                    /* GOT mode: write the blind-spot report */
     uint64_t self_lo, self_hi;       /* our own text: frames to drop */
     uint64_t mono_to_real_ns;        /* realtime = monotonic + this */
+    uint64_t session;                /* realtime ns when this map was made */
     _Atomic uint64_t seq;            /* birth sequence numbers */
     mlz_heapmap map;
     mlz_bloom bloom;

@@ -141,6 +141,9 @@ int mlz__init(void)
     clock_gettime(CLOCK_REALTIME, &rt);
     uint64_t real = (uint64_t)rt.tv_sec * 1000000000ull + (uint64_t)rt.tv_nsec;
     mlz__g.mono_to_real_ns = real - mlz__now_ns();
+    /* A new map is a new session: its samples are not those of any earlier
+     * map, so diff must not pair them (never 0, never the last value). */
+    mlz__g.session = real > mlz__g.session ? real : mlz__g.session + 1;
     mlz__g.ready = 1;
     return 0;
 }

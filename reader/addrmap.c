@@ -61,6 +61,14 @@ int addrmap_put(addrmap *m, const addr_obj *o, addr_obj *old)
     return 0;
 }
 
+const addr_obj *addrmap_get(const addrmap *m, uint64_t addr)
+{
+    if (!addr) return NULL;
+    for (size_t i = slot_of(m, addr); m->slots[i].addr; i = (i + 1) & m->mask)
+        if (m->slots[i].addr == addr) return &m->slots[i];
+    return NULL;
+}
+
 int addrmap_take(addrmap *m, uint64_t addr, addr_obj *out)
 {
     if (!addr) return 0;

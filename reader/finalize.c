@@ -121,7 +121,7 @@ static size_t build_meta(fin *f, symbolizer *sym, json_t *spool_root, const char
     mlz_jw_init(&w, buf, cap);
     mlz_jw_obj(&w, NULL);
     mlz_jw_str(&w, "kind", kind);
-    static const char *copy[] = { "memlyze", "rate", "pid", "exe", "cmdline", "clock", "unwind" };
+    static const char *copy[] = { "memlyze", "rate", "pid", "exe", "cmdline", "clock", "session", "unwind" };
     for (size_t i = 0; i < sizeof copy / sizeof *copy; i++) {
         json_t *v = json_object_get(spool_root, copy[i]);
         if (!v) continue;

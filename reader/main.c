@@ -38,6 +38,10 @@ int main(int argc, char **argv)
     }
     const char *name = argv[1];
     if (!strcmp(name, "--help") || !strcmp(name, "-h") || !strcmp(name, "help")) {
+        if (argc > 2 && !strcmp(argv[2], "--commands")) {   /* hidden: the table, for tests */
+            for (size_t i = 0; i < NCOMMANDS; i++) printf("%s\n", commands[i]->name);
+            return 0;
+        }
         if (argc > 2) {
             for (size_t i = 0; i < NCOMMANDS; i++)
                 if (!strcmp(commands[i]->name, argv[2])) {

@@ -135,10 +135,10 @@ int mlz_snapshot(pid_t pid, const char *out, int compress, snapshot_stats *st, c
         goto out;
     }
     int ready = 0;
-    uint64_t rate = 0, mono2real = 0, slots_addr = 0, mask = 0, recs = 0, frames = 0;
+    uint64_t rate = 0, mono2real = 0, session = 0, slots_addr = 0, mask = 0, recs = 0, frames = 0;
     uint32_t next_id = 0;
     if (pm_read(pid, in.ready_addr, &ready, sizeof ready) || get_u64(pid, in.rate_addr, &rate) ||
-        get_u64(pid, in.mono_to_real_addr, &mono2real) || get_u64(pid, in.map_slots_addr, &slots_addr) ||
+        get_u64(pid, in.mono_to_real_addr, &mono2real) || get_u64(pid, in.session_addr, &session) || get_u64(pid, in.map_slots_addr, &slots_addr) ||
         get_u64(pid, in.map_mask_addr, &mask) || get_u64(pid, in.stack_recs_addr, &recs) ||
         get_u64(pid, in.stack_frames_addr, &frames) || pm_read(pid, in.stack_next_id_addr, &next_id, 4)) {
         serr(err, errlen, "cannot read process %d's memory: %s", (int)pid, strerror(errno));
@@ -263,6 +263,11 @@ int mlz_snapshot(pid_t pid, const char *out, int compress, snapshot_stats *st, c
     json_object_set_new(root, "exe", json_string(exe));
     json_object_set_new(root, "cmdline", args);
     json_object_set_new(root, "clock", json_string("realtime"));
+    /* Which sampling session: snapshots of one session share their samples
+     * (memlyze diff pairs them; docs/FORMAT.md). */
+    char sess[48];
+    snprintf(sess, sizeof sess, "%d.%llu", (int)pid, (unsigned long long)session);
+    json_object_set_new(root, "session", json_string(sess));
     json_t *fns = json_object();
     json_object_set_new(fns, "0", json_string("memlyze:snapshot"));
     json_object_set_new(root, "functions", fns);

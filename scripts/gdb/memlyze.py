@@ -40,9 +40,9 @@ except ImportError:          # imported by the lldb script or a test
 
 INFO_SYMBOL = "memlyze_info"
 INFO_MAGIC = b"MLZINFO\0"
-INFO_VERSION = 1
+INFO_VERSION = 2
 
-# Field order and C types of struct memlyze_info version 1; the byte layout
+# Field order and C types of struct memlyze_info version 2; the byte layout
 # (natural x86-64 alignment) is derived below, never written out by hand.
 _INFO_FIELDS = (
     ("magic", "8s"), ("version", "I"), ("size", "I"),
@@ -56,6 +56,7 @@ _INFO_FIELDS = (
     ("rec_size", "I"), ("rec_ready", "I"), ("rec_depth", "I"), ("rec_frames_offset", "I"),
     ("max_frames", "I"),
     ("counters_addr", "Q"), ("counter_names_addr", "Q"), ("ncounters", "I"), ("pad", "I"),
+    ("session_addr", "Q"),
 )
 
 
@@ -112,7 +113,7 @@ def heap_entry_check(key, size, stack_id, tid, time_ns, seq):
 
 
 def parse_info(raw):
-    """The descriptor's fields as a dict; MlzError if it is not version 1."""
+    """The descriptor's fields as a dict; MlzError if it is not version 2."""
     if len(raw) < 16 or raw[:8] != INFO_MAGIC:
         raise MlzError("payload version differs from the scripts: memlyze_info has another magic")
     version, size = struct.unpack_from("<II", raw, 8)
@@ -183,6 +184,7 @@ class Payload(object):
             self.rate = self.u64(i["rate_addr"])
             self.pid = self.s32(i["pid_addr"])
             self.mono_to_real = self.u64(i["mono_to_real_addr"])
+            self.session = self.u64(i["session_addr"])
             self.slots = self.u64(i["map_slots_addr"])
             self.mask = self.u64(i["map_mask_addr"])
             self.recs = self.u64(i["stack_recs_addr"])
@@ -397,6 +399,7 @@ def snapshot_meta(snap):
     if cmd:
         meta["cmdline"] = cmd
     meta["clock"] = "realtime"
+    meta["session"] = "%d.%d" % (p.pid, p.session)
     meta["counters"] = dict(p.counters())
     meta["modules"] = []
     for m in snap.mods:

@@ -4,7 +4,7 @@
 # churn (fewer busy threads keep the script within a minute on 2 cores):
 # no crash, the target's checksum unchanged, its RSS back within 1 MB.
 # Without a libmemlyze.so exporting memlyze_attach, the stand-in payload is
-# used for the cycles and the trace checks are skipped.
+# used for the cycles and the trace checks print SKIP.
 . "$(dirname "$0")/lib.sh"
 . "$ROOT/tests/targets/attach_helpers.sh"
 P=${REAL_PAYLOAD:-$TESTLIB}
@@ -23,6 +23,8 @@ if [ -n "$REAL_PAYLOAD" ]; then
     check "churn: the trace has samples" bash -c "'$MEMLYZE' stats '$T/churn.mlyze' | grep -Eq 'alloc +[1-9]'"
     check "churn: state directory removed" test ! -e "/tmp/memlyze-$TP"
     check "churn: detach again is a one-line error" bash -c "out=\$('$DETACH' $TP 2>&1); [ \$? -ne 0 ] && [ \$(wc -l <<<\"\$out\") -eq 1 ]"
+else
+    skip "churn: trace through the real payload" "no libmemlyze.so exporting memlyze_attach in $B"
 fi
 # Detach in a forked child must leave the parent's profile intact.
 if [ -n "$REAL_PAYLOAD" ]; then
@@ -36,6 +38,8 @@ if [ -n "$REAL_PAYLOAD" ]; then
     check "fork: the parent's trace is valid" "$MEMLYZE" validate "$T/fork.mlyze"
     FP=$TP; finish_target fork; cleanup_state "$FP"
     TP=$CP
+else
+    skip "fork: detach in a forked child" "no libmemlyze.so exporting memlyze_attach in $B"
 fi
 finish_target churn
 cleanup_state "$TP"

@@ -5,7 +5,7 @@
 # keeps answering correctly all along and its data is intact afterwards.
 . "$(dirname "$0")/lib.sh"
 if ! command -v redis-server >/dev/null || ! command -v redis-benchmark >/dev/null; then
-    echo "SKIP: redis-server/redis-benchmark not installed (make deps installs them)"
+    skip "redis attach" "redis-server/redis-benchmark not installed; make deps installs them"
     finish
 fi
 PORT=$((20000 + RANDOM % 20000))

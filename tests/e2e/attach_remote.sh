@@ -36,6 +36,8 @@ if cc -static -o "$T/st" "$T/st.c" 2>/dev/null; then
     sleep 0.1
     check "refuse: statically linked" bash -c "'$ATTACH' --payload '$TESTLIB' $SP 2>&1 | grep -q 'statically linked'"
     kill $SP; wait $SP 2>/dev/null
+else
+    skip "refuse: statically linked" "cc -static fails: no static libc (Debian package libc6-dev)"
 fi
 sleep 30 & SL=$!
 if command -v strace >/dev/null; then
@@ -43,6 +45,8 @@ if command -v strace >/dev/null; then
     for _ in $(seq 50); do grep -q 'TracerPid:[[:space:]]*[1-9]' /proc/$SL/status && break; sleep 0.05; done
     check "refuse: already traced by another tracer" bash -c "'$ATTACH' --payload '$TESTLIB' $SL 2>&1 | grep -q 'already traced by $STP (strace)'"
     kill $STP; wait $STP 2>/dev/null
+else
+    skip "refuse: already traced by another tracer" "strace not installed"
 fi
 kill $SL; wait $SL 2>/dev/null
 start_target strict strict
@@ -109,6 +113,8 @@ if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null && id nobody >/dev/null 2
     touch "$NR/run/stop"; wait "$TP"
     check "nonroot: target ran on correctly" grep -q '^target: all ok' "$NR/run/out"
     cleanup_state "$TP"
+else
+    skip "nonroot: attach and detach as an ordinary user" "needs root to switch to nobody, and setpriv"
 fi
 
 # ---- its own mount namespace, a tmpfs over the payload's folder: memfd still works
@@ -123,5 +129,7 @@ if unshare -m true 2>/dev/null; then
     check "mntns: detach" D -q "$TP"
     finish_target ns
     cleanup_state "$TP"
+else
+    skip "mntns: payload invisible to the target" "unshare -m not permitted here"
 fi
 finish

@@ -6,12 +6,12 @@
 # site (unbiased weights: the spec's constant weight S would miss the large
 # sites by 37-76%, far outside that).
 . "$(dirname "$0")/lib.sh"
-cc -O2 -g -fno-omit-frame-pointer -o "$T/calib" "$ROOT/tests/e2e/targets/calib.c" || fail "build calib"
+cc -O2 -g -fno-omit-frame-pointer -o "$T/calib" "$ROOT/tests/targets/calib.c" || fail "build calib"
 for seed in $(seq 1 50); do
     "$MEMLYZE" run -r 64k --seed "$seed" -o "$T/c$seed.mlyze" -- "$T/calib" 2>/dev/null
     "$MEMLYZE" top --json -n 50 "$T/c$seed.mlyze" > "$T/c$seed.json"
 done
-python3 - "$T" > "$T/calib.out" <<'PY'
+python3 - "$T" > "$T/calib.out" 2>&1 <<'PY' || fail "calibration figures computed" "$(tail -c 600 "$T/calib.out")"
 import json, sys
 truth = {"site_tiny": 20000*16, "site_small": 5000*200, "site_mid": 500*8192,
          "site_big": 20*262144, "site_huge": 4*(1 << 20)}
@@ -38,6 +38,9 @@ for k, t in truth.items():
     print(f"bias {k} {sums[k] / 50 / t - 1:.4f} {abs(sums[k] / 50 - t) / se if se else 0:.2f}")
 PY
 read -r _ inside total < <(grep '^inside' "$T/calib.out")
+# Empty figures would make the comparisons below true (0 -ge 0).
+check "figures for 50 runs of 5 sites" bash -c "[ '${total:-}' = 250 ] && [ \$(grep -c '^bias' '$T/calib.out') -eq 5 ]"
+[ "${total:-}" = 250 ] || finish
 check "95% intervals cover the truth in >= 90% of $total site-runs ($inside)" test $((inside * 100)) -ge $((total * 90))
 while read -r _ site bias z; do
     check "mean estimate of $site unbiased (relative error $bias, $z standard errors)" python3 -c "import sys; sys.exit(0 if $z < 3 else 1)"

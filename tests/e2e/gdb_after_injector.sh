@@ -3,7 +3,7 @@
 # gdb must attach without hanging and the memlyze commands must find the
 # payload. Guards the loader name: /proc/self/fd/N made gdb open its own fd.
 . "$(dirname "$0")/lib.sh"
-if ! command -v gdb >/dev/null; then echo "SKIP: gdb not installed"; finish; fi
+if ! command -v gdb >/dev/null; then skip "gdb after the injector" "gdb not installed; make deps"; finish; fi
 cc -O2 -g -pthread -o "$T/server" "$ROOT/demo/server.c" || fail "build server"
 "$T/server" 2 > /dev/null &
 SP=$!

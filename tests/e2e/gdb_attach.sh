@@ -9,7 +9,7 @@
 export PYTHONDONTWRITEBYTECODE=1      # no __pycache__ next to the scripts
 GDBPY="$ROOT/scripts/gdb/memlyze.py"
 if ! command -v gdb >/dev/null || ! gdb -nx -batch -ex 'python print(1)' >/dev/null 2>&1; then
-    echo "SKIP: gdb with Python is not installed (make deps): gdb attach tests not run"
+    skip "gdb attach" "gdb with Python not installed; make deps"
     finish
 fi
 export MEMLYZE_PAYLOAD="$B/lib/libmemlyze.so" MEMLYZE_BIN="$MEMLYZE"
@@ -21,7 +21,7 @@ import json; d=json.load(open('$1'))
 print(int(round(sum(s['$3'] for s in d['sites'] if s['frames'] and s['frames'][0].startswith('$2 ')))))"
 }
 wait_lines() { for _ in $(seq 100); do [ "$(wc -l < "$1" 2>/dev/null || echo 0)" -ge "$2" ] && return; sleep 0.05; done; }
-cc -O2 -g -o "$T/dbg_work" "$ROOT/tests/e2e/targets/dbg_work.c" || fail "build dbg_work"
+cc -O2 -g -o "$T/dbg_work" "$ROOT/tests/targets/dbg_work.c" || fail "build dbg_work"
 
 # The reference: five rounds without any profiler.
 printf 'work\nwork\nwork\nwork\nwork\n' | "$T/dbg_work" > "$T/plain.out"
@@ -69,7 +69,7 @@ print(int(sum(x['alloc_bytes'] for x in s)), int(sum(x['live_bytes'] for x in s)
 
 # 2. A multithreaded program stopped in malloc: the call goes through a safe
 # thread, breakpoints stay as the user set them.
-cc -O2 -g -pthread -o "$T/holder" "$ROOT/tests/e2e/targets/holder.c" || fail "build holder"
+cc -O2 -g -pthread -o "$T/holder" "$ROOT/tests/targets/holder.c" || fail "build holder"
 mkfifo "$T/hin"
 "$T/holder" 4 < "$T/hin" > "$T/holder.out" 2>&1 & HPID=$!
 exec {HIN}>"$T/hin"

@@ -8,9 +8,9 @@
 . "$(dirname "$0")/lib.sh"
 export PYTHONDONTWRITEBYTECODE=1      # no __pycache__ next to the scripts
 GDBPY="$ROOT/scripts/gdb/memlyze.py"
-CANON="$ROOT/tests/e2e/targets/dbg_canon.py"
+CANON="$ROOT/tests/e2e/dbg_canon.py"
 if ! command -v gdb >/dev/null || ! command -v gcore >/dev/null || ! gdb -nx -batch -ex 'python print(1)' >/dev/null 2>&1; then
-    echo "SKIP: gdb with Python (and gcore) is not installed (make deps): gdb core-file tests not run"
+    skip "gdb core files" "gdb with Python and gcore not installed; make deps"
     finish
 fi
 G() { timeout 120 gdb -q -nx -batch -iex 'set debuginfod enabled off' -iex 'set pagination off' "$@" 2>&1; }
@@ -30,7 +30,7 @@ import json; d=json.load(open('$2.json'))
 print(int(sum(s['live_bytes'] for s in d['sites'] if s['frames'][0].startswith('inl_alloc (dbg_crash.c:') and
       s['frames'][0].endswith('[inlined]') and s['frames'][1].startswith('crash_inline (dbg_crash.c:'))))\")\" = 90000 ]"
 }
-cc -O2 -g -o "$T/dbg_crash" "$ROOT/tests/e2e/targets/dbg_crash.c" || fail "build dbg_crash"
+cc -O2 -g -o "$T/dbg_crash" "$ROOT/tests/targets/dbg_crash.c" || fail "build dbg_crash"
 # A small heap map keeps the cores small (the map is sized for exact mode).
 export MEMLYZE_MAP_LOG2=12
 

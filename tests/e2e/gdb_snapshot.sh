@@ -8,10 +8,10 @@
 . "$(dirname "$0")/lib.sh"
 export PYTHONDONTWRITEBYTECODE=1      # no __pycache__ next to the scripts
 GDBPY="$ROOT/scripts/gdb/memlyze.py"
-CANON="$ROOT/tests/e2e/targets/dbg_canon.py"
+CANON="$ROOT/tests/e2e/dbg_canon.py"
 LIB="$B/lib/libmemlyze.so"
 if ! command -v gdb >/dev/null || ! gdb -nx -batch -ex 'python print(1)' >/dev/null 2>&1; then
-    echo "SKIP: gdb with Python is not installed (make deps): gdb script tests not run"
+    skip "gdb scripts" "gdb with Python not installed; make deps"
     finish
 fi
 # G ARGS...: gdb in batch mode with the script loaded (after -p/-c/exe).
@@ -52,7 +52,7 @@ int main(void)
     F(map_slots_addr) F(map_mask_addr) F(entry_size) F(entry_key) F(entry_size_field) F(entry_stack_id)
     F(entry_tid) F(entry_time_ns) F(entry_seq) F(entry_check) F(check_algorithm) F(stack_recs_addr)
     F(stack_frames_addr) F(stack_next_id_addr) F(rec_size) F(rec_ready) F(rec_depth) F(rec_frames_offset)
-    F(max_frames) F(counters_addr) F(counter_names_addr) F(ncounters) F(pad)
+    F(max_frames) F(counters_addr) F(counter_names_addr) F(ncounters) F(pad) F(session_addr)
     return 0;
 }
 EOF
@@ -89,15 +89,16 @@ def bad(raw, words):
         return
     raise SystemExit('accepted: ' + words)
 bad(b'MLZINFX' + bytes(1) + good[8:], 'magic')
-bad(good[:8] + struct.pack('<II', 2, m.INFO_SIZE) + good[16:], 'version 2')
-bad(good[:8] + struct.pack('<II', 1, m.INFO_SIZE + 8) + good[16:] + bytes(8), '%d bytes' % (m.INFO_SIZE + 8))
+v = m.INFO_VERSION
+bad(good[:8] + struct.pack('<II', v + 1, m.INFO_SIZE) + good[16:], 'version %d' % (v + 1))
+bad(good[:8] + struct.pack('<II', v, m.INFO_SIZE + 8) + good[16:] + bytes(8), '%d bytes' % (m.INFO_SIZE + 8))
 o = m.INFO_OFFSETS['check_algorithm']
 bad(good[:o] + struct.pack('<I', 2) + good[o + 4:], 'check algorithm 2')
 o = m.INFO_OFFSETS['entry_check']
 bad(good[:o] + struct.pack('<I', 60) + good[o + 4:], 'layout')
 "
 
-cc -O2 -g -pthread -o "$T/holder" "$ROOT/tests/e2e/targets/holder.c" || fail "build holder"
+cc -O2 -g -pthread -o "$T/holder" "$ROOT/tests/targets/holder.c" || fail "build holder"
 start_holder() {   # start_holder NAME RATE [ENV...]: sets HPID, HIN
     local name=$1 rate=$2; shift 2
     mkfifo "$T/in.$name"
@@ -167,13 +168,13 @@ sleep 60 & SPID=$!
 out=$(G -p "$SPID" -ex "source $GDBPY" -ex 'memlyze snapshot x.mlyze')
 check "no payload: one line" one_error "$out" "no memlyze payload in this process"
 kill "$SPID"; wait "$SPID" 2>/dev/null
-cc -O1 -g -o "$T/badinfo" "$ROOT/tests/e2e/targets/dbg_badinfo.c" || fail "build badinfo"
+cc -O1 -g -o "$T/badinfo" "$ROOT/tests/targets/dbg_badinfo.c" || fail "build badinfo"
 mkfifo "$T/in.bad"
 "$T/badinfo" < "$T/in.bad" > "$T/out.bad" & BPID=$!
 exec {BIN}>"$T/in.bad"
 for _ in $(seq 100); do grep -q ready "$T/out.bad" 2>/dev/null && break; sleep 0.05; done
 out=$(G -p "$BPID" -ex "source $GDBPY" -ex 'memlyze status' -ex "memlyze snapshot $T/bad.mlyze")
-check "another descriptor version: refused, one line each" bash -c "[ \$(grep -c '^memlyze: payload version differs from the scripts: memlyze_info version 2' <<<\"\$0\") -eq 2 ]" "$out"
+check "another descriptor version: refused, one line each" bash -c "[ \$(grep -c '^memlyze: payload version differs from the scripts: memlyze_info version 3' <<<\"\$0\") -eq 2 ]" "$out"
 check "another descriptor version: no file written" test ! -e "$T/bad.mlyze"
 exec {BIN}>&-; wait "$BPID"
 start_holder loaded 1 MEMLYZE_MODE=

@@ -5,9 +5,9 @@
 # blind-spot report.
 . "$(dirname "$0")/lib.sh"
 mkdir -p "$T/plugins"
-cc -O2 -g -fPIC -shared -o "$T/plugins/libplug.so" "$ROOT/tests/e2e/targets/plug.c" || fail "build plugin"
-cc -O2 -g -fPIC -shared -Wl,-Bsymbolic -o "$T/plugins/libbypass.so" "$ROOT/tests/gotpatch/bypass.c" || fail "build bypass"
-cc -O2 -g -Wl,--enable-new-dtags,-rpath,'$ORIGIN/plugins' -o "$T/plugmain" "$ROOT/tests/e2e/targets/plugmain.c" -ldl || fail "build main"
+cc -O2 -g -fPIC -shared -o "$T/plugins/libplug.so" "$ROOT/tests/targets/plug.c" || fail "build plugin"
+cc -O2 -g -fPIC -shared -Wl,-Bsymbolic -o "$T/plugins/libbypass.so" "$ROOT/tests/targets/gotpatch/bypass.c" || fail "build bypass"
+cc -O2 -g -Wl,--enable-new-dtags,-rpath,'$ORIGIN/plugins' -o "$T/plugmain" "$ROOT/tests/targets/plugmain.c" -ldl || fail "build main"
 
 out=$("$T/plugmain")
 check "plugin program runs alone" test "$out" = "plugmain: 10"

@@ -1,6 +1,6 @@
-# lib.sh - helpers for the end-to-end tests: each check prints "PASS: name"
-# or "FAIL: name" (tests/run.sh counts them); the script's exit status is 1
-# if any check failed.
+# lib.sh - helpers for the end-to-end tests: each check prints "PASS: name",
+# "FAIL: name" or "SKIP: name (reason)" (tests/run.sh counts them); the
+# script's exit status is 1 if any check failed.
 set -u
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 B=${MLZ_BUILD:-build}
@@ -11,6 +11,9 @@ trap 'rm -rf "$T"' EXIT
 failures=0
 
 pass() { echo "PASS: $1"; }
+# skip NAME REASON: a check that could not run here (a missing tool);
+# tests/run.sh counts it, and a CI run fails on it.
+skip() { echo "SKIP: $1 ($2)"; }
 fail() { echo "FAIL: $1${2:+: $2}"; failures=$((failures + 1)); }
 # check NAME CMD... : passes when CMD succeeds
 check() { local n=$1; shift; if "$@" >"$T/.out" 2>&1; then pass "$n"; else fail "$n" "$(head -c 600 "$T/.out")"; fi; }

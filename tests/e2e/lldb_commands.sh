@@ -8,7 +8,7 @@
 . "$(dirname "$0")/lib.sh"
 export PYTHONDONTWRITEBYTECODE=1      # no __pycache__ next to the scripts
 LLDBPY="$ROOT/scripts/lldb/memlyze.py"
-CANON="$ROOT/tests/e2e/targets/dbg_canon.py"
+CANON="$ROOT/tests/e2e/dbg_canon.py"
 LIB="$B/lib/libmemlyze.so"
 find_lldb() {   # sets LLDB and LLDB_PY (the PYTHONPATH it needs), or returns 1
     LLDB=""; LLDB_PY=${PYTHONPATH:-}
@@ -26,7 +26,7 @@ find_lldb() {   # sets LLDB and LLDB_PY (the PYTHONPATH it needs), or returns 1
     PYTHONPATH=$LLDB_PY "$LLDB" --batch -o 'script print(6*7)' 2>&1 | grep -qx 42
 }
 if ! find_lldb; then
-    echo "SKIP: lldb with its Python is not installed (Debian: apt-get install lldb python3-lldb-14): lldb tests not run"
+    skip "lldb commands" "lldb with its Python not installed; Debian: lldb python3-lldb-14"
     finish
 fi
 # L LLDB-ARGS... -- COMMANDS...: the script imported, then COMMANDS, all of
@@ -47,7 +47,7 @@ print(int(round(sum(s['live_bytes'] for s in d['sites'] if s['frames'] and s['fr
 }
 
 # 1. A live process, 8 threads churning until lldb stops them.
-cc -O2 -g -pthread -o "$T/holder" "$ROOT/tests/e2e/targets/holder.c" || fail "build holder"
+cc -O2 -g -pthread -o "$T/holder" "$ROOT/tests/targets/holder.c" || fail "build holder"
 mkfifo "$T/in"
 MEMLYZE_MODE=got MEMLYZE_RATE=1 MEMLYZE_SPOOL="$T/spool" LD_PRELOAD="$LIB" "$T/holder" 8 < "$T/in" > "$T/out" 2>&1 & HPID=$!
 exec {IN}>"$T/in"
@@ -78,7 +78,7 @@ check "target output unchanged under lldb" test "$(tail -1 "$T/out")" = "held 11
 
 # 2. A core file (gcore) of a process started with memlyze run.
 if command -v gcore >/dev/null; then
-    cc -O2 -g -o "$T/dbg_crash" "$ROOT/tests/e2e/targets/dbg_crash.c" || fail "build dbg_crash"
+    cc -O2 -g -o "$T/dbg_crash" "$ROOT/tests/targets/dbg_crash.c" || fail "build dbg_crash"
     mkfifo "$T/cin"
     MEMLYZE_MAP_LOG2=12 "$MEMLYZE" run -r 1 -o "$T/run.mlyze" -- "$T/dbg_crash" wait < "$T/cin" > "$T/cout" 2>&1 & RPID=$!
     exec {CIN}>"$T/cin"
@@ -103,12 +103,12 @@ if command -v gcore >/dev/null; then
     check "core: attach refused, one line" one_error "$(grep '^error: ' <<<"$out")" "a core file cannot be profiled"
     rm -f "$T/gc.$CPID"
 else
-    echo "SKIP: gcore (gdb) is not installed: lldb core-file test not run"
+    skip "lldb core file" "gcore (gdb) not installed"
 fi
 
 # 3. attach / detach round trip, each in its own lldb session.
 export MEMLYZE_PAYLOAD="$LIB" MEMLYZE_BIN="$MEMLYZE"
-cc -O2 -g -o "$T/dbg_work" "$ROOT/tests/e2e/targets/dbg_work.c" || fail "build dbg_work"
+cc -O2 -g -o "$T/dbg_work" "$ROOT/tests/targets/dbg_work.c" || fail "build dbg_work"
 printf 'work\nwork\nwork\nwork\n' | "$T/dbg_work" > "$T/plain.out"
 wait_lines() { for _ in $(seq 100); do [ "$(wc -l < "$1" 2>/dev/null || echo 0)" -ge "$2" ] && return; sleep 0.05; done; }
 mkfifo "$T/win"

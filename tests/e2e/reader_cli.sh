@@ -39,9 +39,13 @@ check "top names the big site first" bash -c "'$MEMLYZE' top '$T/trace.mlyze' | 
 check "top --by allocated" bash -c "'$MEMLYZE' top --by allocated -n 5 '$T/trace.mlyze' | grep -q 'main (a.c:42)'"
 check "top refuses a spool" bash -c "out=\$('$MEMLYZE' top '$T/spool.mlyze' 2>&1); [ \$? -ne 0 ] && printf '%s' \"\$out\" | grep -q finalize"
 
-# Every command answers --help; unknown commands and options fail cleanly.
-for c in validate dump undump stats top; do
+# Every command of main.c's table answers --help and is listed by
+# memlyze --help; unknown commands and options fail cleanly.
+cmds=$("$MEMLYZE" help --commands)
+check "help --commands lists the command table" bash -c "[ \$(wc -l <<<\"\$0\") -ge 17 ] && grep -qx diff <<<\"\$0\"" "$cmds"
+for c in $cmds; do
     check "$c --help" bash -c "'$MEMLYZE' $c --help | grep -q '^usage: memlyze $c'"
+    check "memlyze --help lists $c" bash -c "'$MEMLYZE' --help | grep -q '^  $c '"
 done
 check "unknown command exits 2" bash -c "'$MEMLYZE' frobnicate 2>/dev/null; [ \$? -eq 2 ]"
 check "bad option exits 2" bash -c "'$MEMLYZE' top --bogus x 2>/dev/null; [ \$? -eq 2 ]"

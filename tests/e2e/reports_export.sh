@@ -52,7 +52,7 @@ for leaf, v in want.items():
     assert abs(got.get(leaf, 0) - v) <= 1, (leaf, got.get(leaf), v)
 EOF"
 else
-    skip "protoc not installed (Debian package protobuf-compiler): pprof not decoded"
+    skip "pprof decoded by protoc" "protoc not installed; Debian package protobuf-compiler"
 fi
 
 # The pprof tool itself, built from Debian's golang-github-google-pprof-dev.
@@ -72,7 +72,7 @@ if [ -x "$PPROF" ]; then
     check "pprof tool: mappings with build ids" bash -c \
         "'$PPROF' -raw '$T/f.pb.gz' 2>/dev/null | grep -q '/lib/libx.so feedface'"
 else
-    skip "pprof tool not available (Debian packages golang-go golang-github-google-pprof-dev)"
+    skip "pprof tool reads the export" "pprof not available; Debian packages golang-go golang-github-google-pprof-dev"
 fi
 
 # ---- speedscope
@@ -85,7 +85,7 @@ import json, jsonschema
 jsonschema.validate(json.load(open('$T/$n.speedscope.json')), json.load(open('$R/speedscope-schema.json')))"
     done
 else
-    skip "python3 jsonschema not installed (Debian package python3-jsonschema): speedscope schema not checked"
+    skip "speedscope schema" "python3 jsonschema not installed; Debian package python3-jsonschema"
 fi
 check "speedscope: shared frames, stacks root first, live bytes add up to 100000 for site_malloc" "$PY" -c "
 import json

@@ -67,7 +67,7 @@ check "diff: inner grew a little: pale red" grep -qP '^rgb\(255,(1[5-9][0-9]|2[0
 
 # --diff, real: two snapshots of a live process around a growing site.
 LIB="$B/lib/libmemlyze.so"
-cc -O2 -g -o "$T/grower" "$R/grower.c"
+cc -O2 -g -o "$T/grower" "$ROOT/tests/targets/grower.c"
 mkfifo "$T/gin"
 MEMLYZE_MODE=got MEMLYZE_RATE=1 MEMLYZE_SPOOL="$T/gspool" LD_PRELOAD="$LIB" "$T/grower" < "$T/gin" > "$T/gout" &
 GPID=$!
@@ -111,7 +111,7 @@ assert rect('main (known.c:45)')['x'] == '10.00'
 assert re.search(r'data-n=\"site_thread \(known.c:27\)\"[^>]*style=\"display: none;\"', d)
 "
 else
-    skip "chromium not installed (Debian package chromium): flame graphs not opened in a browser"
+    skip "flame graphs in a browser" "chromium not installed; Debian package chromium"
 fi
 
 # Errors.

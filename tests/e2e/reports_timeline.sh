@@ -59,7 +59,7 @@ if [ -x "$GEN" ]; then
     check "2M events: sampled, so a 95% band" grep -q 'class="band"' "$T/big.svg"
     check "2M events: seconds on the axis" grep -q '^text=time since the start of the recording (s)$' "$T/big.info"
 else
-    skip "build/bench/bench_reports_gen not built: downsampling not checked"
+    skip "timeline downsampling" "build/bench/bench_reports_gen not built"
 fi
 
 # Files of other kinds: the fuzz seed (GC and extension events) works, a spool is refused.
@@ -74,7 +74,7 @@ if [ -n "$CHROMIUM" ]; then
     check "chromium: the timeline renders (not blank)" bash -c \
         "'$PY' '$R/png_stats.py' '$T/k.png' | awk '{split(\$1,c,\"=\"); split(\$2,n,\"=\"); exit !(c[2] > 20 && n[2] > 0.2)}'"
 else
-    skip "chromium not installed (Debian package chromium): timeline not opened in a browser"
+    skip "timeline in a browser" "chromium not installed; Debian package chromium"
 fi
 
 check "no -o: usage error" bash -c "'$MEMLYZE' timeline '$T/k.mlyze' 2>/dev/null; [ \$? -eq 2 ]"

@@ -21,8 +21,8 @@ PY
 # unwinder must reach main either way), the frame-pointer unwinder on the
 # frame-pointer build, and GOT patching (--got, the path memlyze-attach
 # uses) instead of LD_PRELOAD interposition: all must give the same numbers.
-cc -O2 -g -fno-omit-frame-pointer -pthread -o "$T/known-fp" "$ROOT/tests/e2e/targets/known.c" || fail "build known-fp"
-cc -O2 -g -fomit-frame-pointer -pthread -o "$T/known-nofp" "$ROOT/tests/e2e/targets/known.c" || fail "build known-nofp"
+cc -O2 -g -fno-omit-frame-pointer -pthread -o "$T/known-fp" "$ROOT/tests/targets/known.c" || fail "build known-fp"
+cc -O2 -g -fomit-frame-pointer -pthread -o "$T/known-nofp" "$ROOT/tests/targets/known.c" || fail "build known-nofp"
 for name in fp nofp fpwalk got; do
     case $name in
         fp) args=; bin=known-fp ;;

@@ -9,7 +9,7 @@ import json, sys; d=json.load(open('$1'))
 print(int(round(sum(s['live_bytes'] for s in d['sites'] if any(f.startswith('$2') for f in s['frames'])))))"
 }
 
-g++ -O2 -g -o "$T/widgets" "$ROOT/tests/e2e/targets/widgets.cc" || fail "build widgets"
+g++ -O2 -g -o "$T/widgets" "$ROOT/tests/targets/widgets.cc" || fail "build widgets"
 out=$("$MEMLYZE" run -r 1 -o "$T/w.mlyze" -- "$T/widgets" 2>/dev/null)
 check "C++: output unchanged" test "$out" = "widgets: 100"
 "$MEMLYZE" top --json -n 20 --frames 6 "$T/w.mlyze" > "$T/w.json"
@@ -18,7 +18,7 @@ check "C++: operator new frame present" python3 -c "
 import json, sys; d=json.load(open('$T/w.json'))
 sys.exit(0 if any('operator new' in f for s in d['sites'] for f in s['frames']) else 1)"
 
-cc -O2 -g -o "$T/forker" "$ROOT/tests/e2e/targets/forker.c" || fail "build forker"
+cc -O2 -g -o "$T/forker" "$ROOT/tests/targets/forker.c" || fail "build forker"
 out=$("$MEMLYZE" run -r 1 -o "$T/nf.mlyze" -- "$T/forker" 2>/dev/null | sort | tr '\n' ' ')
 check "fork: output unchanged" test "$out" = "child done parent done 0 "
 "$MEMLYZE" top --json -n 20 "$T/nf.mlyze" > "$T/nf.json"

@@ -4,7 +4,7 @@
 # or lost entries), the program's output must not change, default names
 # never overwrite, and bad targets get one-line errors.
 . "$(dirname "$0")/lib.sh"
-cc -O2 -g -pthread -o "$T/holder" "$ROOT/tests/e2e/targets/holder.c" || fail "build holder"
+cc -O2 -g -pthread -o "$T/holder" "$ROOT/tests/targets/holder.c" || fail "build holder"
 LIB="$B/lib/libmemlyze.so"
 
 start_holder() {   # start_holder RATE: starts it with the payload in GOT mode; sets HPID, HIN

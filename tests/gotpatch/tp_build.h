@@ -1,6 +1,6 @@
 /*
  * tp_build.h - compile the test payload and targets at run time.
- * Shared by tests/unit/test_gotpatch_targets.c and bench/bench_gotpatch.c.
+ * Shared by tests/gotpatch/test_gotpatch_targets.c and bench/bench_gotpatch.c.
  * The payload is built from the gotpatch sources (not from a build/ archive)
  * without sanitizers, so the same children run under the plain and the
  * ASan/UBSan test binaries.

@@ -5,7 +5,7 @@
  *
  * Frames are identified with libdw (symbol tables of the executable and the
  * libraries), independently of the code under test. The frames that matter
- * most are built without frame pointers: tests/unwind/chain_lib.c compiled
+ * most are built without frame pointers: tests/targets/chain_lib.c compiled
  * at run time with -O2 -fomit-frame-pointer (and trashing rbp), glibc's
  * qsort, and a signal frame. Robustness tests feed both walkers garbage
  * inside buffers fenced by PROT_NONE pages, so a single stray read crashes.
@@ -348,7 +348,7 @@ static void (*chain_g1)(chain_cb, void *);
 static void (*chain_spin)(volatile int *);
 
 
-/* tests/unwind/chain_lib.c, found from the executable upwards or from cwd. */
+/* tests/targets/chain_lib.c, found from the executable upwards or from cwd. */
 static int find_source(char *out, size_t size)
 {
     char exe[PATH_MAX];
@@ -357,13 +357,13 @@ static int find_source(char *out, size_t size)
         exe[k] = 0;
         for (int up = 0; up < 6; up++) {
             char *d = dirname(exe);
-            snprintf(out, size, "%s/tests/unwind/chain_lib.c", d);
+            snprintf(out, size, "%s/tests/targets/chain_lib.c", d);
             if (access(out, R_OK) == 0)
                 return 0;
             memmove(exe, d, strlen(d) + 1);
         }
     }
-    snprintf(out, size, "tests/unwind/chain_lib.c");
+    snprintf(out, size, "tests/targets/chain_lib.c");
     return access(out, R_OK);
 }
 

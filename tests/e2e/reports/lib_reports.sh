@@ -21,7 +21,7 @@ fixture() {   # fixture OUT.mlyze
 
 # known.c in exact mode: site_malloc holds exactly 100000 bytes at the end.
 known_trace() {   # known_trace OUT.mlyze [RATE]
-    [ -x "$T/known" ] || cc -O2 -g -fno-omit-frame-pointer -pthread -o "$T/known" "$ROOT/tests/e2e/targets/known.c"
+    [ -x "$T/known" ] || cc -O2 -g -fno-omit-frame-pointer -pthread -o "$T/known" "$ROOT/tests/targets/known.c"
     "$MEMLYZE" run -r "${2:-1}" --seed 7 -o "$1" -- "$T/known" >/dev/null 2>&1
 }
 
@@ -42,4 +42,3 @@ dom() {
         --disable-component-update --disable-sync --no-first-run --user-data-dir="$prof" \
         --dump-dom "$1" 2>/dev/null
 }
-skip() { echo "SKIP: $1"; }

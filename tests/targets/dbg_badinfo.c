@@ -11,7 +11,7 @@ __attribute__((visibility("default"), used)) const struct {
     char magic[8];
     uint32_t version, size;
     uint64_t rest[40];
-} memlyze_info = { "MLZINFO", 2, 8 + 4 + 4 + 40 * 8, { 0 } };
+} memlyze_info = { "MLZINFO", 3, 8 + 4 + 4 + 40 * 8, { 0 } };
 
 int main(void)
 {

@@ -13,7 +13,7 @@
 #include <sys/wait.h>
 
 #include "../check.h"
-#include "../gotpatch/tp_build.h"
+#include "tp_build.h"
 
 static int ready;
 
@@ -22,7 +22,7 @@ static int setup(void)
     if (tp_find_root() || tp_mktemp()) return -1;
     atexit(tp_cleanup);
     if (tp_build_payload()) return -1;
-    if (tp_sh("cd '%s' && cc -O2 -fPIC -shared -Wl,-z,lazy -Wl,--hash-style=sysv -o '%s/libtshared.so' tests/gotpatch/tshared.c",
+    if (tp_sh("cd '%s' && cc -O2 -fPIC -shared -Wl,-z,lazy -Wl,--hash-style=sysv -o '%s/libtshared.so' tests/targets/gotpatch/tshared.c",
               tp_root, tp_dir))
         return -1;
     FILE *f = fopen(strcat(strcpy((char[PATH_MAX + 16]){ 0 }, tp_dir), "/input.txt"), "w");
@@ -98,7 +98,7 @@ static void build_and_run(const char *exe, const char *flags)
 {
     REQUIRE(ready);
     REQUIRE(tp_sh("cd '%s' && cc -std=c11 -O2 -Wall -Werror -D_GNU_SOURCE -Igotpatch -Itests/gotpatch %s "
-                  "tests/gotpatch/target.c -o '%s/%s' -L'%s' -ltp -ltshared -Wl,-rpath,'%s'",
+                  "tests/targets/gotpatch/target.c -o '%s/%s' -L'%s' -ltp -ltshared -Wl,-rpath,'%s'",
                   tp_root, flags, tp_dir, exe, tp_dir, tp_dir) == 0);
     char input[PATH_MAX + 16];
     snprintf(input, sizeof input, "%s/input.txt", tp_dir);
@@ -123,7 +123,7 @@ static void test_fno_plt(void) { build_and_run("t_noplt", "-fPIE -pie -fno-plt -
 static void test_cxx_new_delete(void)
 {
     REQUIRE(ready);
-    REQUIRE(tp_sh("cd '%s' && g++ -O2 -Itests/gotpatch tests/gotpatch/target_cxx.cc -o '%s/t_cxx' "
+    REQUIRE(tp_sh("cd '%s' && g++ -O2 -Itests/gotpatch tests/targets/gotpatch/target_cxx.cc -o '%s/t_cxx' "
                   "-L'%s' -ltp -Wl,-rpath,'%s'", tp_root, tp_dir, tp_dir, tp_dir) == 0);
     attach_vs_plain("t_cxx", "");
 }
@@ -134,20 +134,20 @@ static int build_dl_layout(void)
 {
     const char *R = tp_root, *D = tp_dir;
     return tp_sh("mkdir -p '%s/plugins/deps' '%s/lp' '%s/rp'", D, D, D) ||
-           tp_sh("cd '%s' && cc -O2 -fPIC -shared -DPLUG=plugdep -o '%s/plugins/deps/libplugdep.so' tests/gotpatch/plugin.c", R, D) ||
-           tp_sh("cd '%s' && cc -O2 -fPIC -shared -DPLUG=plug -o '%s/plugins/libplug.so' tests/gotpatch/plugin.c", R, D) ||
-           tp_sh("cd '%s' && cc -O2 -fPIC -shared -DPLUG=plug2 -DWITH_DEP -o '%s/plugins/libplug2.so' tests/gotpatch/plugin.c "
+           tp_sh("cd '%s' && cc -O2 -fPIC -shared -DPLUG=plugdep -o '%s/plugins/deps/libplugdep.so' tests/targets/gotpatch/plugin.c", R, D) ||
+           tp_sh("cd '%s' && cc -O2 -fPIC -shared -DPLUG=plug -o '%s/plugins/libplug.so' tests/targets/gotpatch/plugin.c", R, D) ||
+           tp_sh("cd '%s' && cc -O2 -fPIC -shared -DPLUG=plug2 -DWITH_DEP -o '%s/plugins/libplug2.so' tests/targets/gotpatch/plugin.c "
                  "-L'%s/plugins/deps' -lplugdep -Wl,--enable-new-dtags,-rpath,'$ORIGIN/deps'", R, D, D) ||
-           tp_sh("cd '%s' && cc -O2 -fPIC -shared -DPLUG=plug3 -o '%s/lp/libplug3.so' tests/gotpatch/plugin.c", R, D) ||
-           tp_sh("cd '%s' && cc -O2 -fPIC -shared -DPLUG=plug4 -o '%s/rp/libplug4.so' tests/gotpatch/plugin.c", R, D) ||
-           tp_sh("cd '%s' && cc -O2 -fPIC -shared -fno-builtin -Wl,-Bsymbolic -o '%s/plugins/libbypass.so' tests/gotpatch/bypass.c", R, D) ||
-           tp_sh("cd '%s' && cc -O2 -fPIC -shared -o '%s/plugins/libuser.so' tests/gotpatch/user.c "
+           tp_sh("cd '%s' && cc -O2 -fPIC -shared -DPLUG=plug3 -o '%s/lp/libplug3.so' tests/targets/gotpatch/plugin.c", R, D) ||
+           tp_sh("cd '%s' && cc -O2 -fPIC -shared -DPLUG=plug4 -o '%s/rp/libplug4.so' tests/targets/gotpatch/plugin.c", R, D) ||
+           tp_sh("cd '%s' && cc -O2 -fPIC -shared -fno-builtin -Wl,-Bsymbolic -o '%s/plugins/libbypass.so' tests/targets/gotpatch/bypass.c", R, D) ||
+           tp_sh("cd '%s' && cc -O2 -fPIC -shared -o '%s/plugins/libuser.so' tests/targets/gotpatch/user.c "
                  "-L'%s/plugins' -lbypass -Wl,--enable-new-dtags,-rpath,'$ORIGIN'", R, D, D) ||
-           tp_sh("cd '%s' && cc -O2 -fPIC -shared -o '%s/libloader.so' tests/gotpatch/loader.c -ldl "
+           tp_sh("cd '%s' && cc -O2 -fPIC -shared -o '%s/libloader.so' tests/targets/gotpatch/loader.c -ldl "
                  "-Wl,--enable-new-dtags,-rpath,'$ORIGIN/lp'", R, D) ||
-           tp_sh("cd '%s' && cc -std=c11 -O2 -D_GNU_SOURCE -Igotpatch -Itests/gotpatch tests/gotpatch/target_dl.c "
+           tp_sh("cd '%s' && cc -std=c11 -O2 -D_GNU_SOURCE -Igotpatch -Itests/gotpatch tests/targets/gotpatch/target_dl.c "
                  "-o '%s/target_dl' -L'%s' -ltp -lloader -ldl -Wl,--enable-new-dtags,-rpath,'$ORIGIN/plugins:$ORIGIN'", R, D, D) ||
-           tp_sh("cd '%s' && cc -std=c11 -O2 -D_GNU_SOURCE -Igotpatch -Itests/gotpatch tests/gotpatch/target_dl.c "
+           tp_sh("cd '%s' && cc -std=c11 -O2 -D_GNU_SOURCE -Igotpatch -Itests/gotpatch tests/targets/gotpatch/target_dl.c "
                  "-o '%s/target_rp' -L'%s' -ltp -lloader -ldl -Wl,--disable-new-dtags,-rpath,'$ORIGIN/rp:$ORIGIN'", R, D, D);
 }
 
