@@ -5,6 +5,7 @@
  * two runs with different load addresses still line up.
  */
 #include "cli.h"
+#include "diff.h"
 #include "profile.h"
 #include "report.h"
 
@@ -169,3 +170,38 @@ const mlz_command cmd_diff = {
     "  -n N      sites shown (default 10)\n"
     "  --json    the same as a JSON document\n",
 };
+
+/* diff.h: the same table for two profiles already loaded (memlyze serve). */
+int diff_profiles(const prof *pa, const prof *pb, diff_result *out)
+{
+    dtab t = { json_object(), NULL, 0, 0 };
+    memset(out, 0, sizeof *out);
+    int rc = t.index && !collect(&t, pa, 0) && !collect(&t, pb, 1) ? 0 : -1;
+    if (!rc && t.n) {
+        qsort(t.v, t.n, sizeof *t.v, cmp_growth);
+        out->rows = calloc(t.n, sizeof *out->rows);
+        if (!out->rows) rc = -1;
+    }
+    double tva = 0, tvb = 0;
+    for (size_t i = 0; !rc && i < t.n; i++) {
+        const dsite *d = &t.v[i];
+        diff_row *r = &out->rows[out->n++];
+        *r = (diff_row){ d->a, d->b, d->b - d->a, 1.96 * sqrt(d->va + d->vb), d->cb - d->ca, { { 0 } }, d->nframes };
+        memcpy(r->frames, d->frames, sizeof r->frames);
+        out->a += d->a;
+        out->b += d->b;
+        tva += d->va;
+        tvb += d->vb;
+    }
+    out->growth_ci95 = 1.96 * sqrt(tva + tvb);
+    json_decref(t.index);
+    free(t.v);
+    if (rc) diff_result_free(out);
+    return rc;
+}
+
+void diff_result_free(diff_result *r)
+{
+    free(r->rows);
+    memset(r, 0, sizeof *r);
+}
