@@ -136,4 +136,16 @@ check "--pid: still serving the snapshots taken" test "$(status "top?f=1")" = 20
 kill "$SPID"; wait "$SPID"; rc=$?
 check "SIGTERM: exits 0" test "$rc" = 0
 check "SIGTERM: its snapshot directory is removed" bash -c "[ -n '$DIR' ] && ! [ -e '$DIR' ]"
+
+# make demo's last line is the command that opens its trace in memlyze serve.
+(cd "$ROOT" && MLZ_BUILD="$B" DEMO_DIR="$T/demo" demo/demo.sh > "$T/demo.out" 2>&1)
+last=$(tail -1 "$T/demo.out" | sed 's/^ *//')
+check "demo: ends with a memlyze serve command of its trace" bash -c "[[ '$last' == *'/memlyze serve '*'$T/demo/trace.mlyze'* ]]"
+(cd "$ROOT" && exec $last > "$T/serve.out" 2>&1) &
+SPID=$!
+PIDS+=("$SPID")
+URL=
+for _ in $(seq 100); do URL=$(grep -o 'http://[^ ]*' "$T/serve.out" 2>/dev/null) && break; sleep 0.05; done
+check "demo: that command serves the trace and its timeline" test "$(status "timeline?f=0")" = 200
+kill "$SPID"; wait "$SPID" 2>/dev/null
 finish
