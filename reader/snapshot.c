@@ -96,17 +96,6 @@ static void decode_entry(const struct memlyze_info *in, const uint8_t *raw, mlz_
     memcpy(&e->check, raw + in->entry_check, 8);
 }
 
-/* Why a read failed: the target is gone or no longer profiled (-2), or
- * anything else (-1). */
-static int gone(char *err, size_t len, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, len, fmt, ap);
-    va_end(ap);
-    return -2;
-}
-
 int mlz_live_read(pid_t pid, mlz_live_heap *h, char *err, size_t errlen)
 {
     int rc = -1;
@@ -120,13 +109,14 @@ int mlz_live_read(pid_t pid, mlz_live_heap *h, char *err, size_t errlen)
     memset(h, 0, sizeof *h);
     snapshot_stats *st = &h->st;
 
-    if (kill(pid, 0) && errno == ESRCH) return gone(err, errlen, "no process %d", (int)pid);
+    /* -2: the target is gone or no longer profiled; -1: anything else. */
+    if (kill(pid, 0) && errno == ESRCH) return serr(err, errlen, "no process %d", (int)pid) - 1;
     if (pm_modules(pid, &mods, &nmods)) {
-        if (kill(pid, 0) && errno == ESRCH) return gone(err, errlen, "no process %d", (int)pid);
+        if (kill(pid, 0) && errno == ESRCH) return serr(err, errlen, "no process %d", (int)pid) - 1;
         return serr(err, errlen, "cannot read /proc/%d/maps: %s", (int)pid, strerror(errno));
     }
     const pm_module *pay = find_payload(mods, nmods);
-    if (!pay) { rc = gone(err, errlen, "memlyze is not loaded in process %d (attach first)", (int)pid); goto out; }
+    if (!pay) { rc = serr(err, errlen, "memlyze is not loaded in process %d (attach first)", (int)pid) - 1; goto out; }
     uint64_t info_addr;
     if (pm_symbol(pid, pay, "memlyze_info", &info_addr)) {
         serr(err, errlen, "%s in process %d has no memlyze_info (an older payload?)", pay->path, (int)pid);
@@ -153,7 +143,7 @@ int mlz_live_read(pid_t pid, mlz_live_heap *h, char *err, size_t errlen)
         serr(err, errlen, "cannot read process %d's memory: %s", (int)pid, strerror(errno));
         goto out;
     }
-    if (!ready || !slots_addr) { rc = gone(err, errlen, "memlyze is loaded in process %d but not attached", (int)pid); goto out; }
+    if (!ready || !slots_addr) { rc = serr(err, errlen, "memlyze is loaded in process %d but not attached", (int)pid) - 1; goto out; }
     if (mask >= (1ull << 28)) { serr(err, errlen, "implausible heap map size in process %d", (int)pid); goto out; }
 
     /* Copy the map in 1 MiB pieces while the program runs, keeping only
@@ -167,7 +157,7 @@ int mlz_live_read(pid_t pid, mlz_live_heap *h, char *err, size_t errlen)
         if (i % per == 0) {
             size_t cnt = cap - i < per ? cap - i : per;
             if (pm_read(pid, slots_addr + i * esz, slots, cnt * esz)) {
-                rc = gone(err, errlen, "process %d went away or unmapped its heap map", (int)pid);
+                rc = serr(err, errlen, "process %d went away or unmapped its heap map", (int)pid) - 1;
                 goto out;
             }
         }
