@@ -39,6 +39,11 @@ check "help" bash -c "'$MEMLYZE' serve --help | grep -q '^usage: memlyze serve'"
 check "no arguments: usage error" bash -c "'$MEMLYZE' serve 2>/dev/null; [ \$? -eq 2 ]"
 check "bad --bind: usage error" bash -c "'$MEMLYZE' serve --bind nowhere x.mlyze 2>/dev/null; [ \$? -eq 2 ]"
 out=$("$MEMLYZE" serve "$T/missing.mlyze" 2>&1); rc=$?
+sleep 30 & NPID=$!
+PIDS+=("$NPID")
+out=$("$MEMLYZE" serve --pid "$NPID" 2>&1); rc=$?
+kill "$NPID"
+check "--pid of a process without memlyze: one line, exit 1" bash -c "[ $rc -eq 1 ] && [ \$(printf '%s\n' \"$out\" | wc -l) -eq 1 ] && printf '%s' \"$out\" | grep -q 'not loaded'"
 check "missing file: one line, exit 1" bash -c "[ $rc -eq 1 ] && [ \$(printf '%s\n' \"$out\" | wc -l) -eq 1 ]"
 
 # The profiles: trace (0), snapshots A (1) and B (2), hostile names (3).

@@ -38,6 +38,31 @@ out=$("$MEMLYZE" watch --once "$NPID" 2>&1); rc=$?
 kill "$NPID"
 check "not attached: one line, exit 1" bash -c "[ $rc -eq 1 ] && [ \$(printf '%s\n' \"$out\" | wc -l) -eq 1 ] && printf '%s' \"$out\" | grep -q 'not loaded'"
 
+# Exact mode against a holder whose live sites are known to the byte: the
+# per-site sums of --json are exact, as memlyze snapshot's are.
+cc -O2 -g -pthread -o "$T/holder" "$ROOT/tests/e2e/targets/holder.c" || fail "build holder"
+mkfifo "$T/hin"
+MEMLYZE_MODE=got MEMLYZE_RATE=1 MEMLYZE_SPOOL="$T/hspool" LD_PRELOAD="$B/lib/libmemlyze.so" \
+    "$T/holder" 16 < "$T/hin" > "$T/hout" &
+HPID=$!
+exec {HIN}>"$T/hin"
+for _ in $(seq 100); do grep -q ready "$T/hout" 2>/dev/null && break; sleep 0.05; done
+"$MEMLYZE" watch --once --json -n 100 "$HPID" > "$T/exact.json"
+check "exact mode: every held site exact, intervals zero" python3 -c "
+import json
+d = json.load(open('$T/exact.json'))
+got = {}
+for s in d['sites']:
+    name = s['frames'][0].split(' ')[0]
+    got[name] = got.get(name, 0) + s['live_bytes']
+    assert s['live_bytes_ci95'] == 0, s
+want = {'site_16': 16000, 'site_4k': 409600, 'site_64k': 1310720, 'site_1m': 4194304}
+for k, v in want.items():
+    assert round(got.get(k, -1)) == v, (k, got.get(k), v)
+"
+exec {HIN}>&-
+wait "$HPID"
+
 start_server
 check "server attached" kill -0 "$SPID"
 
@@ -87,6 +112,17 @@ sleep 1
 for _ in $(seq 50); do kill -0 "$WPID" 2>/dev/null || break; sleep 0.1; done
 wait "$WPID"; rc=$?
 check "detached: watch exits 0 saying so" bash -c "[ $rc -eq 0 ] && grep -q 'stopped watching' '$T/detach.txt'"
+kill "$SPID"; wait "$SPID" 2>/dev/null; SPID=
+
+# A tiny terminal: still drawn, no crash.
+start_server
+TM new-session -d -s w -x 30 -y 6 -c "$T" "'$MEMLYZE' watch -i 0.2 $SPID; echo WATCH-EXITED-\$?; sleep 60"
+sleep 1
+TM resize-window -t w -x 80 -y 24 2>/dev/null
+check "30x6 then 80x24: redrawn at the new size" wait_screen "q quit"
+TM send-keys -t w q
+check "30x6: q still exits 0" wait_screen "WATCH-EXITED-0"
+TM kill-session -t w
 kill "$SPID"; wait "$SPID" 2>/dev/null; SPID=
 
 # The target exits: the terminal view ends cleanly too.
