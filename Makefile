@@ -31,6 +31,8 @@ LDFLAGS += -fsanitize=$(SANITIZE)
 endif
 
 SYSLIBS := -ljansson -llz4 -ldw -lelf -lcapstone -lz -lstdc++ -lpthread -lm -ldl
+# memlyze watch draws with ncurses; memlyze serve answers HTTP with libmicrohttpd.
+SYSLIBS  += -lncursesw -lmicrohttpd
 
 FORMAT_OBJ := $(patsubst %.c,$(O)/%.o,$(wildcard format/*.c))
 CORE_OBJ   := $(patsubst %.c,$(O)/%.o,$(wildcard core/*.c))

@@ -39,3 +39,5 @@ say "the whole recording: where the live heap is"
 "$B/bin/memlyze" top -n 3 --frames 2 "$OUT/trace.mlyze"
 say "files"
 ls -l "$OUT"/*.mlyze "$OUT"/*.html 2>/dev/null | awk '{ print "  " $NF " (" $5 " bytes)" }'
+say "browse all of it (flame graph, top, tree, diff, timeline) in a web page:"
+echo "  $B/bin/memlyze serve $OUT/trace.mlyze $OUT/a.mlyze $OUT/b.mlyze"

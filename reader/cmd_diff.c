@@ -11,6 +11,7 @@
  */
 #include "cli.h"
 #include "pairdiff.h"
+#include "diff.h"
 #include "profile.h"
 #include "report.h"
 #include "sampler.h"
@@ -288,3 +289,41 @@ const mlz_command cmd_diff = {
     "            growth_bytes_low .. growth_bytes_high (growth_bytes_ci95: the\n"
     "            normal half-width), \"estimate\": \"paired\" or \"independent\"\n",
 };
+
+/* diff.h: the same table for two profiles already loaded (memlyze serve). */
+int diff_profiles(const prof *pa, const prof *pb, diff_result *out)
+{
+    dtab t = { json_object(), NULL, 0, 0 };
+    memset(out, 0, sizeof *out);
+    uint32_t *ia = calloc(pa->nsites + 1, sizeof *ia), *ib = calloc(pb->nsites + 1, sizeof *ib);
+    int rc = t.index && ia && ib && !collect(&t, pa, 0, ia) && !collect(&t, pb, 1, ib) ? 0 : -1;
+    free(ia);
+    free(ib);
+    if (!rc && t.n) {
+        qsort(t.v, t.n, sizeof *t.v, cmp_growth);
+        out->rows = calloc(t.n, sizeof *out->rows);
+        if (!out->rows) rc = -1;
+    }
+    double tva = 0, tvb = 0;
+    for (size_t i = 0; !rc && i < t.n; i++) {
+        const dsite *d = &t.v[i];
+        diff_row *r = &out->rows[out->n++];
+        *r = (diff_row){ d->a, d->b, d->b - d->a, 1.96 * sqrt(d->va + d->vb), d->cb - d->ca, { { 0 } }, d->nframes };
+        memcpy(r->frames, d->frames, sizeof r->frames);
+        out->a += d->a;
+        out->b += d->b;
+        tva += d->va;
+        tvb += d->vb;
+    }
+    out->growth_ci95 = 1.96 * sqrt(tva + tvb);
+    json_decref(t.index);
+    free(t.v);
+    if (rc) diff_result_free(out);
+    return rc;
+}
+
+void diff_result_free(diff_result *r)
+{
+    free(r->rows);
+    memset(r, 0, sizeof *r);
+}

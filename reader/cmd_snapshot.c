@@ -5,7 +5,6 @@
 #include "cli.h"
 #include "snapshot.h"
 
-#include <errno.h>
 #include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,11 +38,12 @@ static int run(int argc, char **argv)
         rc = mlz_snapshot((pid_t)pid, out, compress, &st, err, sizeof err);
     } else {
         /* memlyze.PID.N.mlyze: the first N not taken; never overwrite. */
-        for (int n = 1;; n++) {
-            snprintf(name, sizeof name, "memlyze.%ld.%d.mlyze", pid, n);
-            if (access(name, F_OK) == 0) continue;
-            rc = mlz_snapshot((pid_t)pid, name, compress, &st, err, sizeof err);
-            if (rc == 0 || !strstr(err, strerror(EEXIST)) || n > 10000) break;
+        mlz_live_heap h;
+        rc = mlz_live_read((pid_t)pid, &h, err, sizeof err) ? -1 : 0;
+        if (!rc) {
+            rc = mlz_live_write_new(&h, compress, name, sizeof name, err, sizeof err);
+            st = h.st;
+            mlz_live_free(&h);
         }
         out = name;
     }

@@ -8,6 +8,7 @@
 #include "heapseries.h"
 #include "report.h"
 #include "svg.h"
+#include "timeline.h"
 
 #include <getopt.h>
 #include <math.h>
@@ -156,6 +157,63 @@ static const char tl_style[] =
     ".marker line { stroke: #c0392b; stroke-width: 1; stroke-dasharray: 4 3; } .marker text { fill: #c0392b; }\n"
     ".peak { fill: #1f5fa8; }\n";
 
+/* timeline.h: the SVG of h, also served by memlyze serve (which finds
+ * the plot's geometry in the data- attributes of the <svg>). */
+void tl_write_svg(FILE *f, const heapseries *h, const char *path, const char *title, long width, long height)
+{
+    tl_geom g = { h->start_us, h->end_us > h->start_us ? h->end_us - h->start_us : 1,
+                  (double)width - TL_ML - TL_MR, (double)height - TL_MT - TL_MB, 0 };
+    int band = h->rate > 1;
+    double top = 0;
+    for (size_t i = 0; i < HS_BUCKETS; i++)
+        if (h->b[i].used) {
+            double v = band ? h->b[i].last + 1.96 * sqrt(h->b[i].last_var) : h->b[i].max;
+            if (v > top) top = v;
+            if (h->b[i].max > top) top = h->b[i].max;
+        }
+    if (top <= 0) top = 1024;
+    const char *yu;
+    double div, step = svg_bytes_step(top, 5, &yu, &div);
+    g.ymax = ceil(top * 1.02 / step) * step;
+
+    char ttl[512], sub[512], b1[32], b2[32], b3[32];
+    const char *base = strrchr(path, '/');
+    if (!title) {
+        snprintf(ttl, sizeof ttl, "%s: estimated live heap over time", base ? base + 1 : path);
+        title = ttl;
+    }
+    if (band)
+        snprintf(sub, sizeof sub, "peak %s at +%.3f s, %s at the end; sampled every %s on average (band: 95%% interval)",
+                 cli_bytes(h->peak, b1, sizeof b1), (double)(h->peak_us - h->start_us) / 1e6,
+                 cli_bytes(h->end_value, b2, sizeof b2), cli_bytes((double)h->rate, b3, sizeof b3));
+    else
+        snprintf(sub, sizeof sub, "peak %s at +%.3f s, %s at the end; exact (every allocation); %llu events",
+                 cli_bytes(h->peak, b1, sizeof b1), (double)(h->peak_us - h->start_us) / 1e6,
+                 cli_bytes(h->end_value, b2, sizeof b2), (unsigned long long)h->events);
+
+    fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\" standalone=\"no\"?>\n"
+               "<svg xmlns=\"http://www.w3.org/2000/svg\" version=\"1.1\" width=\"%ld\" height=\"%ld\" viewBox=\"0 0 %ld %ld\">\n",
+            width, height, width, height);
+    fprintf(f, "<g id=\"mlztl\" data-start-us=\"%llu\" data-span-us=\"%llu\" data-left=\"%d\" data-plot-width=\"%.1f\"/>\n",
+            (unsigned long long)g.start, (unsigned long long)g.span, TL_ML, g.pw);
+    fprintf(f, "<style type=\"text/css\"><![CDATA[\n%s]]></style>\n", tl_style);
+    fprintf(f, "<rect x=\"0\" y=\"0\" width=\"%ld\" height=\"%ld\" fill=\"#ffffff\"/>\n", width, height);
+    fprintf(f, "<text class=\"title\" x=\"%ld\" y=\"22\" text-anchor=\"middle\">", width / 2);
+    svg_text(f, title);
+    fprintf(f, "</text>\n<text class=\"sub\" x=\"%ld\" y=\"40\" text-anchor=\"middle\">", width / 2);
+    svg_text(f, sub);
+    fprintf(f, "</text>\n");
+    axes(f, &g);
+    curve(f, h, &g, band);
+    if (h->peak > 0) {
+        double px = X(&g, h->peak_us), py = Y(&g, h->peak);
+        fprintf(f, "<g class=\"peak\"><title>peak %s at +%.6f s</title><circle cx=\"%.2f\" cy=\"%.2f\" r=\"3\"/></g>\n",
+                cli_bytes(h->peak, b1, sizeof b1), (double)(h->peak_us - h->start_us) / 1e6, px, py);
+    }
+    markers(f, h, &g);
+    fprintf(f, "</svg>\n");
+}
+
 static int run(int argc, char **argv)
 {
     const char *out = NULL, *title = NULL;
@@ -200,59 +258,10 @@ static int run(int argc, char **argv)
         return 1;
     }
 
-    tl_geom g = { h->start_us, h->end_us > h->start_us ? h->end_us - h->start_us : 1,
-                  (double)width - TL_ML - TL_MR, (double)height - TL_MT - TL_MB, 0 };
-    int band = h->rate > 1;
-    double top = 0;
-    for (size_t i = 0; i < HS_BUCKETS; i++)
-        if (h->b[i].used) {
-            double v = band ? h->b[i].last + 1.96 * sqrt(h->b[i].last_var) : h->b[i].max;
-            if (v > top) top = v;
-            if (h->b[i].max > top) top = h->b[i].max;
-        }
-    if (top <= 0) top = 1024;
-    const char *yu;
-    double div, step = svg_bytes_step(top, 5, &yu, &div);
-    g.ymax = ceil(top * 1.02 / step) * step;
-
-    char ttl[512], sub[512], b1[32], b2[32], b3[32];
-    const char *base = strrchr(path, '/');
-    if (!title) {
-        snprintf(ttl, sizeof ttl, "%s: estimated live heap over time", base ? base + 1 : path);
-        title = ttl;
-    }
-    if (band)
-        snprintf(sub, sizeof sub, "peak %s at +%.3f s, %s at the end; sampled every %s on average (band: 95%% interval)",
-                 cli_bytes(h->peak, b1, sizeof b1), (double)(h->peak_us - h->start_us) / 1e6,
-                 cli_bytes(h->end_value, b2, sizeof b2), cli_bytes((double)h->rate, b3, sizeof b3));
-    else
-        snprintf(sub, sizeof sub, "peak %s at +%.3f s, %s at the end; exact (every allocation); %llu events",
-                 cli_bytes(h->peak, b1, sizeof b1), (double)(h->peak_us - h->start_us) / 1e6,
-                 cli_bytes(h->end_value, b2, sizeof b2), (unsigned long long)h->events);
-
     rep_out o;
     int rc = 1;
     if (rep_out_open("timeline", out, &o)) goto done;
-    FILE *f = o.f;
-    fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\" standalone=\"no\"?>\n"
-               "<svg xmlns=\"http://www.w3.org/2000/svg\" version=\"1.1\" width=\"%ld\" height=\"%ld\" viewBox=\"0 0 %ld %ld\">\n",
-            width, height, width, height);
-    fprintf(f, "<style type=\"text/css\"><![CDATA[\n%s]]></style>\n", tl_style);
-    fprintf(f, "<rect x=\"0\" y=\"0\" width=\"%ld\" height=\"%ld\" fill=\"#ffffff\"/>\n", width, height);
-    fprintf(f, "<text class=\"title\" x=\"%ld\" y=\"22\" text-anchor=\"middle\">", width / 2);
-    svg_text(f, title);
-    fprintf(f, "</text>\n<text class=\"sub\" x=\"%ld\" y=\"40\" text-anchor=\"middle\">", width / 2);
-    svg_text(f, sub);
-    fprintf(f, "</text>\n");
-    axes(f, &g);
-    curve(f, h, &g, band);
-    if (h->peak > 0) {
-        double px = X(&g, h->peak_us), py = Y(&g, h->peak);
-        fprintf(f, "<g class=\"peak\"><title>peak %s at +%.6f s</title><circle cx=\"%.2f\" cy=\"%.2f\" r=\"3\"/></g>\n",
-                cli_bytes(h->peak, b1, sizeof b1), (double)(h->peak_us - h->start_us) / 1e6, px, py);
-    }
-    markers(f, h, &g);
-    fprintf(f, "</svg>\n");
+    tl_write_svg(o.f, h, path, title, width, height);
     rc = rep_out_close("timeline", &o, 1);
 done:
     hs_free(h);

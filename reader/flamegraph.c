@@ -32,6 +32,8 @@ static void label_of(const st_tree *t, uint32_t frame, char *buf, size_t len)
     else snprintf(buf, len, "%s", fr->func);
 }
 
+void fg_frame_label(const st_tree *t, uint32_t frame, char *buf, size_t len) { label_of(t, frame, buf, len); }
+
 /* The label cut to what fits in px, as the script's fit() does. */
 static void fit(const char *label, double px, char *buf, size_t len)
 {

@@ -23,6 +23,10 @@ typedef struct fg_opts {
 /* 0, or -1 when out of memory. */
 int fg_write(FILE *f, const st_tree *t, const fg_opts *o);
 
+/* A frame's label as the graph shows it (data-n): "func (file:line)";
+ * "all" for the root (ST_NONE). #zoom=RE in the page's URL matches it. */
+void fg_frame_label(const st_tree *t, uint32_t frame, char *buf, size_t len);
+
 /* flamegraph_page.c */
 extern const char fg_style[], fg_script[];
 

@@ -57,11 +57,7 @@ static const pm_module *find_payload(const pm_module *m, size_t n)
  * it is ~10x faster than qsort over the 64-byte entries. */
 typedef struct { uint64_t t; uint32_t i; } tkey;
 
-/* What a snapshot keeps of each consistent entry. */
-typedef struct snap_obj {
-    uint64_t addr, size, time_ns;
-    uint32_t stack_id, tid;
-} snap_obj;
+typedef mlz_live_obj snap_obj;
 
 static int sort_by_time(snap_obj *v, size_t n)
 {
@@ -100,7 +96,7 @@ static void decode_entry(const struct memlyze_info *in, const uint8_t *raw, mlz_
     memcpy(&e->check, raw + in->entry_check, 8);
 }
 
-int mlz_snapshot(pid_t pid, const char *out, int compress, snapshot_stats *st, char *err, size_t errlen)
+int mlz_live_read(pid_t pid, mlz_live_heap *h, char *err, size_t errlen)
 {
     int rc = -1;
     pm_module *mods = NULL;
@@ -110,14 +106,17 @@ int mlz_snapshot(pid_t pid, const char *out, int compress, snapshot_stats *st, c
     mlz_raw_stack *stacks = NULL;
     size_t nst = 0, cst = 64;
     mlz_raw_module *rmods = NULL;
-    json_t *root = NULL;
-    char *meta = NULL;
-    memset(st, 0, sizeof *st);
+    memset(h, 0, sizeof *h);
+    snapshot_stats *st = &h->st;
 
-    if (kill(pid, 0) && errno == ESRCH) return serr(err, errlen, "no process %d", (int)pid);
-    if (pm_modules(pid, &mods, &nmods)) return serr(err, errlen, "cannot read /proc/%d/maps: %s", (int)pid, strerror(errno));
+    /* -2: the target is gone or no longer profiled; -1: anything else. */
+    if (kill(pid, 0) && errno == ESRCH) return serr(err, errlen, "no process %d", (int)pid) - 1;
+    if (pm_modules(pid, &mods, &nmods)) {
+        if (kill(pid, 0) && errno == ESRCH) return serr(err, errlen, "no process %d", (int)pid) - 1;
+        return serr(err, errlen, "cannot read /proc/%d/maps: %s", (int)pid, strerror(errno));
+    }
     const pm_module *pay = find_payload(mods, nmods);
-    if (!pay) { serr(err, errlen, "memlyze is not loaded in process %d (attach first)", (int)pid); goto out; }
+    if (!pay) { rc = serr(err, errlen, "memlyze is not loaded in process %d (attach first)", (int)pid) - 1; goto out; }
     uint64_t info_addr;
     if (pm_symbol(pid, pay, "memlyze_info", &info_addr)) {
         serr(err, errlen, "%s in process %d has no memlyze_info (an older payload?)", pay->path, (int)pid);
@@ -144,7 +143,7 @@ int mlz_snapshot(pid_t pid, const char *out, int compress, snapshot_stats *st, c
         serr(err, errlen, "cannot read process %d's memory: %s", (int)pid, strerror(errno));
         goto out;
     }
-    if (!ready || !slots_addr) { serr(err, errlen, "memlyze is loaded in process %d but not attached", (int)pid); goto out; }
+    if (!ready || !slots_addr) { rc = serr(err, errlen, "memlyze is loaded in process %d but not attached", (int)pid) - 1; goto out; }
     if (mask >= (1ull << 28)) { serr(err, errlen, "implausible heap map size in process %d", (int)pid); goto out; }
 
     /* Copy the map in 1 MiB pieces while the program runs, keeping only
@@ -158,7 +157,7 @@ int mlz_snapshot(pid_t pid, const char *out, int compress, snapshot_stats *st, c
         if (i % per == 0) {
             size_t cnt = cap - i < per ? cap - i : per;
             if (pm_read(pid, slots_addr + i * esz, slots, cnt * esz)) {
-                serr(err, errlen, "process %d went away or unmapped its heap map", (int)pid);
+                rc = serr(err, errlen, "process %d went away or unmapped its heap map", (int)pid) - 1;
                 goto out;
             }
         }
@@ -241,6 +240,46 @@ int mlz_snapshot(pid_t pid, const char *out, int compress, snapshot_stats *st, c
         memcpy(rmods[i].build_id, mods[i].build_id, mods[i].build_id_len);
     }
 
+    h->pid = pid;
+    h->rate = rate;
+    h->mono2real = mono2real;
+    h->obj = live;
+    h->nobj = nlive;
+    h->stacks = stacks;
+    h->nstacks = nst;
+    h->empty_id = empty_id;
+    h->mods = rmods;
+    h->nmods = nmods;
+    h->pm = mods;
+    live = NULL;
+    stacks = NULL;
+    rmods = NULL;
+    mods = NULL;
+    rc = 0;
+out:
+    for (size_t i = 0; stacks && i < nst; i++) free(stacks[i].pcs);
+    free(stacks);
+    if (mods) pm_free_modules(mods, nmods);
+    free(slots);
+    free(live);
+    free(rmods);
+    return rc;
+}
+
+void mlz_live_free(mlz_live_heap *h)
+{
+    for (size_t i = 0; h->stacks && i < h->nstacks; i++) free(h->stacks[i].pcs);
+    free(h->stacks);
+    if (h->pm) pm_free_modules(h->pm, h->nmods);
+    free(h->obj);
+    free(h->mods);
+    memset(h, 0, sizeof *h);
+}
+
+int mlz_live_meta(mlz_live_heap *h, mlz_raw_stack *stacks, size_t nstacks, char **meta, size_t *ml,
+                  char *err, size_t errlen)
+{
+    pid_t pid = h->pid;
     /* The keys a profile carries, as the payload's spool would have them. */
     char p[64], exe[4096], cmdline[4096];
     snprintf(p, sizeof p, "/proc/%d/exe", (int)pid);
@@ -250,7 +289,7 @@ int mlz_snapshot(pid_t pid, const char *out, int compress, snapshot_stats *st, c
     int cfd = open(p, O_RDONLY | O_CLOEXEC);
     ssize_t cl = cfd >= 0 ? read(cfd, cmdline, sizeof cmdline) : 0;
     if (cfd >= 0) close(cfd);
-    root = json_object();
+    json_t *root = json_object();
     json_t *args = json_array();
     for (ssize_t i = 0; i < cl;) {
         size_t l = strnlen(cmdline + i, (size_t)(cl - i));
@@ -258,7 +297,7 @@ int mlz_snapshot(pid_t pid, const char *out, int compress, snapshot_stats *st, c
         i += (ssize_t)l + 1;
     }
     json_object_set_new(root, "memlyze", json_string("1"));
-    json_object_set_new(root, "rate", json_integer((json_int_t)rate));
+    json_object_set_new(root, "rate", json_integer((json_int_t)h->rate));
     json_object_set_new(root, "pid", json_integer(pid));
     json_object_set_new(root, "exe", json_string(exe));
     json_object_set_new(root, "cmdline", args);
@@ -271,9 +310,19 @@ int mlz_snapshot(pid_t pid, const char *out, int compress, snapshot_stats *st, c
     json_t *fns = json_object();
     json_object_set_new(fns, "0", json_string("memlyze:snapshot"));
     json_object_set_new(root, "functions", fns);
-    size_t ml;
-    if (mlz_symbolized_meta(stacks, nst, rmods, nmods, root, "snapshot", &meta, &ml, err, errlen)) goto out;
+    int rc = mlz_symbolized_meta(stacks, nstacks, h->mods, h->nmods, root, "snapshot", meta, ml, err, errlen);
+    json_decref(root);
+    return rc;
+}
 
+int mlz_live_write(mlz_live_heap *h, const char *out, int compress, char *err, size_t errlen)
+{
+    char *meta = NULL;
+    size_t ml;
+    if (mlz_live_meta(h, h->stacks, h->nstacks, &meta, &ml, err, errlen)) return -1;
+    const snap_obj *live = h->obj;
+    size_t nlive = h->nobj;
+    uint64_t mono2real = h->mono2real;
     /* The file: one ALLOC per live sample in birth order, then the marker. */
     struct timespec now;
     clock_gettime(CLOCK_REALTIME, &now);
@@ -291,16 +340,29 @@ int mlz_snapshot(pid_t pid, const char *out, int compress, snapshot_stats *st, c
     if (!we) we = mlz_writer_marker(&wr, now_us, 0);
     if (!we) we = mlz_writer_close(&wr);
     else mlz_writer_abort(&wr);
-    if (we) { serr(err, errlen, "%s: %s", out, strerror(-we)); goto out; }
-    rc = 0;
-out:
-    for (size_t i = 0; stacks && i < nst; i++) free(stacks[i].pcs);
-    free(stacks);
-    pm_free_modules(mods, nmods);
-    free(slots);
-    free(live);
-    free(rmods);
     free(meta);
-    json_decref(root);
+    if (we) return serr(err, errlen, "%s: %s", out, strerror(-we));
+    return 0;
+}
+
+int mlz_live_write_new(mlz_live_heap *h, int compress, char *name, size_t namelen, char *err, size_t errlen)
+{
+    for (int n = 1; n <= 10000; n++) {
+        snprintf(name, namelen, "memlyze.%d.%d.mlyze", (int)h->pid, n);
+        if (access(name, F_OK) == 0) continue;
+        int rc = mlz_live_write(h, name, compress, err, errlen);
+        if (rc == 0 || !strstr(err, strerror(EEXIST))) return rc;   /* else taken meanwhile: the next N */
+    }
+    return serr(err, errlen, "memlyze.%d.N.mlyze: no free name", (int)h->pid);
+}
+
+int mlz_snapshot(pid_t pid, const char *out, int compress, snapshot_stats *st, char *err, size_t errlen)
+{
+    mlz_live_heap h;
+    memset(st, 0, sizeof *st);
+    if (mlz_live_read(pid, &h, err, errlen)) return -1;
+    int rc = mlz_live_write(&h, out, compress, err, errlen);
+    *st = h.st;
+    mlz_live_free(&h);
     return rc;
 }

@@ -5,6 +5,8 @@
 #ifndef MLZ_SNAPSHOT_H
 #define MLZ_SNAPSHOT_H
 
+#include "finalize.h"
+
 #include <stddef.h>
 #include <sys/types.h>
 
@@ -15,7 +17,46 @@ typedef struct snapshot_stats {
     size_t no_stack;          /* entries whose stack could not be read */
 } snapshot_stats;
 
-/* 0, or -1 with a one-line reason. Never replaces an existing OUT. */
+/* One consistent live sample: where, how big, born when (the target's
+ * monotonic clock), from which of the payload's stacks, on which thread. */
+typedef struct mlz_live_obj {
+    uint64_t addr, size, time_ns;
+    uint32_t stack_id, tid;
+} mlz_live_obj;
+
+/* The live samples of a process, read into memory (memlyze watch reads one
+ * every refresh; memlyze snapshot writes one to a file). */
+typedef struct mlz_live_heap {
+    pid_t pid;
+    uint64_t rate;            /* the payload's mean sampling interval (1: exact) */
+    uint64_t mono2real;       /* add to a time_ns for the real-time clock */
+    mlz_live_obj *obj;        /* in birth order */
+    size_t nobj;
+    mlz_raw_stack *stacks;    /* each stack the objects name, once; ids are the payload's */
+    size_t nstacks;
+    uint32_t empty_id;        /* the stack of objects whose stack is unknown (changes per read) */
+    mlz_raw_module *mods;     /* the process's modules */
+    size_t nmods;
+    struct pm_module *pm;     /* owns the modules' paths */
+    snapshot_stats st;
+} mlz_live_heap;
+
+/* Reads the live samples without stopping the process. 0; -2 when the
+ * process is gone or memlyze is not (or no longer) attached; -1 for any
+ * other failure; both with a one-line reason. */
+int  mlz_live_read(pid_t pid, mlz_live_heap *h, char *err, size_t errlen);
+/* The .mlyze metadata (symbolized like finalize does) of some of h's
+ * stacks, malloc'd in *meta. 0 or -1 with a reason. */
+int  mlz_live_meta(mlz_live_heap *h, mlz_raw_stack *stacks, size_t nstacks, char **meta, size_t *len,
+                   char *err, size_t errlen);
+/* Writes h as a .mlyze of kind "snapshot"; never replaces an existing OUT. */
+int  mlz_live_write(mlz_live_heap *h, const char *out, int compress, char *err, size_t errlen);
+/* The same under memlyze.PID.N.mlyze in the current directory, the first
+ * N not taken; the name is left in name. */
+int  mlz_live_write_new(mlz_live_heap *h, int compress, char *name, size_t namelen, char *err, size_t errlen);
+void mlz_live_free(mlz_live_heap *h);
+
+/* Read and write in one: 0, or -1 with a one-line reason. Never replaces an existing OUT. */
 int mlz_snapshot(pid_t pid, const char *out, int compress, snapshot_stats *st, char *err, size_t errlen);
 
 #endif

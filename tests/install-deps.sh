@@ -22,6 +22,9 @@ pkgs=(
   python3-jsonschema  # checks speedscope exports against their published schema
   golang-go golang-github-google-pprof-dev  # builds the real pprof tool, offline, to read our exports
   chromium          # opens the flame graphs headless and looks at them
+  libncurses-dev    # memlyze watch: the terminal view (curses, works over ssh in 80x24)
+  tmux              # drives memlyze watch in a real terminal in its test
+  libmicrohttpd-dev # memlyze serve: the embedded HTTP server (request parsing is the library's)
 )
 missing=()
 for p in "${pkgs[@]}"; do
