@@ -243,6 +243,7 @@ int mlz_live_read(pid_t pid, mlz_live_heap *h, char *err, size_t errlen)
     h->pid = pid;
     h->rate = rate;
     h->mono2real = mono2real;
+    h->session = session;
     h->obj = live;
     h->nobj = nlive;
     h->stacks = stacks;
@@ -305,7 +306,7 @@ int mlz_live_meta(mlz_live_heap *h, mlz_raw_stack *stacks, size_t nstacks, char 
     /* Which sampling session: snapshots of one session share their samples
      * (memlyze diff pairs them; docs/FORMAT.md). */
     char sess[48];
-    snprintf(sess, sizeof sess, "%d.%llu", (int)pid, (unsigned long long)session);
+    snprintf(sess, sizeof sess, "%d.%llu", (int)pid, (unsigned long long)h->session);
     json_object_set_new(root, "session", json_string(sess));
     json_t *fns = json_object();
     json_object_set_new(fns, "0", json_string("memlyze:snapshot"));

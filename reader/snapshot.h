@@ -30,6 +30,7 @@ typedef struct mlz_live_heap {
     pid_t pid;
     uint64_t rate;            /* the payload's mean sampling interval (1: exact) */
     uint64_t mono2real;       /* add to a time_ns for the real-time clock */
+    uint64_t session;         /* the sampling session (memlyze_info v2): pairs snapshots in diff */
     mlz_live_obj *obj;        /* in birth order */
     size_t nobj;
     mlz_raw_stack *stacks;    /* each stack the objects name, once; ids are the payload's */
