@@ -3,7 +3,7 @@
 #   make                 build everything under build/
 #   make test            build and run every test; ends with "N passed, N failed"
 #   make asan            the unit tests under ASan+UBSan (also part of make test)
-#   make fuzz            run the reader fuzzer for FUZZ_SECONDS (default 60)
+#   make fuzz            run the fuzzers for FUZZ_SECONDS in all (default 60)
 #   make deps            apt-get the Debian packages the build and tests need
 #   make install PREFIX=/usr/local
 #
@@ -127,13 +127,26 @@ $(FUZZ_BIN): tests/fuzz/fuzz_reader.c $(wildcard format/*.c) $(wildcard format/*
 	@mkdir -p $(@D)
 	clang -std=c11 -g -O1 -D_GNU_SOURCE -Iformat -fsanitize=fuzzer,address,undefined \
 	    -o $@ tests/fuzz/fuzz_reader.c $(wildcard format/*.c) -ljansson -llz4
+# The dumpalloc importer: its parser and the trace builder it fills.
+FUZZ_DA_BIN := build/fuzz/fuzz_dumpalloc
+FUZZ_DA_SRC := reader/dumpalloc_read.c reader/import_trace.c reader/addrmap.c
+$(FUZZ_DA_BIN): tests/fuzz/fuzz_dumpalloc.c $(FUZZ_DA_SRC) $(wildcard format/*.c) reader/dumpalloc.h reader/import_trace.h
+	@mkdir -p $(@D)
+	clang -std=c11 -g -O1 -D_GNU_SOURCE -Iformat -Icore -Ireader -fsanitize=fuzzer,address,undefined \
+	    -o $@ tests/fuzz/fuzz_dumpalloc.c $(FUZZ_DA_SRC) $(wildcard format/*.c) -ljansson -llz4
 # Seeds are kept as dump text (reviewable) and turned into binaries here.
-fuzz: $(FUZZ_BIN) $(MEMLYZE)
-	@rm -rf build/fuzz/seeds && mkdir -p build/fuzz/corpus build/fuzz/seeds
+# FUZZ_SECONDS is shared: two thirds for the .mlyze reader, one third for
+# the dumpalloc importer.
+fuzz: $(FUZZ_BIN) $(FUZZ_DA_BIN) $(MEMLYZE)
+	@rm -rf build/fuzz/seeds build/fuzz/da-seeds && mkdir -p build/fuzz/corpus build/fuzz/seeds build/fuzz/da-corpus build/fuzz/da-seeds
 	@for s in tests/fuzz/seeds/*.txt; do \
 	    $(MEMLYZE) undump -o build/fuzz/seeds/$$(basename $$s .txt).mlyze $$s || exit 1; done
-	$(FUZZ_BIN) -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -timeout=10 -print_final_stats=1 \
+	@$(MEMLYZE) export --format dumpalloc -o build/fuzz/da-seeds/fixture.da build/fuzz/seeds/$$(basename $$(ls tests/fuzz/seeds/*.txt | head -1) .txt).mlyze
+	@for k in odd past-end pcal-past-record; do python3 tests/e2e/interop/dumpalloc.py make $$k build/fuzz/da-seeds/$$k.da || exit 1; done
+	$(FUZZ_BIN) -max_total_time=$$(( $(FUZZ_SECONDS) - $(FUZZ_SECONDS) / 3 )) -max_len=65536 -timeout=10 -print_final_stats=1 \
 	    build/fuzz/corpus build/fuzz/seeds
+	$(FUZZ_DA_BIN) -max_total_time=$$(( $(FUZZ_SECONDS) / 3 )) -max_len=65536 -timeout=10 -print_final_stats=1 \
+	    build/fuzz/da-corpus build/fuzz/da-seeds
 
 # Each prints its figures against a baseline measured in the same run.
 bench: all
