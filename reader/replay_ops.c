@@ -175,7 +175,7 @@ int replay_plan_build(const char *path, int weighted, replay_plan *plan, char *e
         fail(err, errlen, "memfd: %s", strerror(errno));
         goto out;
     }
-    /* A FREE directly followed by an ALLOC stamped no later is one realloc
+    /* A FREE directly followed by an ALLOC stamped earlier is one realloc
      * (the payload records realloc as the old block's FREE, then the new
      * block's ALLOC timed at the call's start). */
     mlz_event ev;
@@ -189,7 +189,7 @@ int replay_plan_build(const char *path, int weighted, replay_plan *plan, char *e
         uint64_t t = ev.time_us - b->first_us;
         if (ev.type == MLZ_EV_ALLOC) {
             cur = worker_of(b, ev.thread);
-            int as_realloc = pending && !plan->weighted && ev.time_us <= pending_us;
+            int as_realloc = pending && !plan->weighted && ev.time_us < pending_us;
             if (pending && !as_realloc) {
                 replay_op op = { .kind = RP_FREE, .worker = cur, .slot = freed.site, .time_us = pending_t };
                 if (put(b, &op) || slot_give(b, freed.site)) goto oom;

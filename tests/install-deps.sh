@@ -21,6 +21,9 @@ pkgs=(
   python3-jsonschema  # checks speedscope exports against their published schema
   golang-go golang-github-google-pprof-dev  # builds the real pprof tool, offline, to read our exports
   chromium          # opens the flame graphs headless and looks at them
+  libjemalloc2 libtcmalloc-minimal4 libmimalloc2.0  # allocators memlyze replay compares
+  heaptrack         # heaptrack_print reads our heaptrack exports (the real client)
+  libzstd-dev       # memlyze import heaptrack reads heaptrack's .zst files
 )
 missing=()
 for p in "${pkgs[@]}"; do
