@@ -60,7 +60,11 @@ static int json_export(const export_job *j)
     X("dumpalloc", ".dumpalloc", dumpalloc_export, EXP_BINARY | EXP_FRAMES,                  \
       "the allocation and free events as dumpalloc records (every event\n"                 \
       "               up to --at; sizes in memlyze's ASIZ records, which other\n"            \
-      "               readers skip); frames as --frames says\n")
+      "               readers skip); frames as --frames says\n")                              \
+    X("heaptrack", ".heaptrack", heaptrack_export, 0,                                         \
+      "heaptrack's data file (what heaptrack_print and heaptrack_gui open):\n"              \
+      "               every allocation and free of an exact trace, up to --at;\n"           \
+      "               plain text (zstd it to .zst if you like)\n")
 
 typedef struct export_format {
     const char *name;
