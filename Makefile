@@ -29,7 +29,7 @@ CFLAGS  += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=
 LDFLAGS += -fsanitize=$(SANITIZE)
 endif
 
-SYSLIBS := -ljansson -llz4 -ldw -lelf -lcapstone -lz -lstdc++ -lpthread -lm -ldl
+SYSLIBS := -ljansson -llz4 -ldw -lelf -lcapstone -lz -lzstd -lstdc++ -lpthread -lm -ldl
 
 FORMAT_OBJ := $(patsubst %.c,$(O)/%.o,$(wildcard format/*.c))
 CORE_OBJ   := $(patsubst %.c,$(O)/%.o,$(wildcard core/*.c))

@@ -28,7 +28,14 @@
       "               totals are not (a note says how many). Frees take the time of\n"    \
       "               the last ALOC; a DALC of an address never allocated is dropped\n"    \
       "               and counted. NTVE frames become functions named by their\n"          \
-      "               address (0x...), PCAL frames keep function, file and line.\n")
+      "               address (0x...), PCAL frames keep function, file and line.\n") \
+    X("heaptrack", heaptrack_import,                                                        \
+      "a heaptrack data file (heaptrack.PROG.PID.zst, or .gz, or plain), as\n"             \
+      "               heaptrack writes it. Sizes, counts, call chains (with inlined\n"      \
+      "               frames) and times (milliseconds) are kept. heaptrack records no\n"   \
+      "               addresses: each block gets a made-up one, and a free takes the\n"     \
+      "               newest live block of its size and call chain. Raw files (not yet\n" \
+      "               interpreted by heaptrack) are refused.\n")
 
 typedef struct import_format {
     const char *name;

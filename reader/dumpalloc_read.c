@@ -147,7 +147,7 @@ static int read_frame(cursor *c, const record *r, chain *ch, dumpalloc_counts *n
         char name[24];
         snprintf(name, sizeof name, "0x%llx", (unsigned long long)a);
         char *fn = strdup(name);
-        if (!fn || chain_push(ch, (imp_frame){ fn, NULL, 0, a })) {
+        if (!fn || chain_push(ch, (imp_frame){ fn, NULL, 0, a, 0 })) {
             free(fn);
             return bad(c, r->at, "out of memory");
         }
@@ -163,7 +163,7 @@ static int read_frame(cursor *c, const record *r, chain *ch, dumpalloc_counts *n
             return file ? bad(c, r->at, "PCAL frame ends before its line number") : -1;
         }
         uint32_t line = get_u32(r->body + off);
-        if (chain_push(ch, (imp_frame){ fn, file, line, 0 })) {
+        if (chain_push(ch, (imp_frame){ fn, file, line, 0, 0 })) {
             free(fn);
             free(file);
             return bad(c, r->at, "out of memory");

@@ -199,9 +199,10 @@ int heaptrack_export(const export_job *j)
     if (!r) return fail(j, "%s: %s", j->path, e.msg);
     const mlz_meta *m = mlz_reader_meta(r);
     if (m->rate > 1) {
+        fail(j, "%s is sampled (rate %llu): heaptrack files hold every allocation; record an exact trace "
+             "(memlyze run -r 1, memlyze-attach -r 1)", j->path, (unsigned long long)m->rate);
         mlz_reader_close(r);
-        return fail(j, "%s is sampled (rate %llu): heaptrack files hold every allocation; record an exact trace "
-                    "(memlyze run -r 1, memlyze-attach -r 1)", j->path, (unsigned long long)m->rate);
+        return -1;
     }
     ht h = { .f = j->f, .m = m };
     int rc = -1;

@@ -23,6 +23,7 @@ typedef struct import_job {
 typedef int (*import_fn)(import_job *job);
 
 int dumpalloc_import(import_job *job);
+int heaptrack_import(import_job *job);
 
 
 /* Appends one line to job->notes (printf style). */

@@ -108,11 +108,11 @@ int64_t imp_stack(imp_trace *t, const imp_frame *frames, uint32_t depth)
     for (uint32_t i = 0; i < depth; i++) {
         uint32_t fn = intern(t, frames[i].func), fl = intern(t, frames[i].file);
         if (fn == UINT32_MAX || fl == UINT32_MAX) return -1;
-        fr[i] = (struct imp_fr){ fn, fl, frames[i].line, frames[i].addr };
+        fr[i] = (struct imp_fr){ fn, fl, frames[i].line, frames[i].inlined != 0, frames[i].addr };
     }
     uint64_t h = hash_bytes(&depth, sizeof depth, 0xCBF29CE484222325ull);
     for (uint32_t i = 0; i < depth; i++) {
-        uint64_t v[3] = { ((uint64_t)fr[i].func << 32) | fr[i].file, fr[i].line, fr[i].addr };
+        uint64_t v[3] = { ((uint64_t)fr[i].func << 32) | fr[i].file, (uint64_t)fr[i].inlined << 32 | fr[i].line, fr[i].addr };
         h = hash_bytes(v, sizeof v, h);
     }
     if (slots_grow(&t->stack_slots, &t->stack_mask, t->nstacks, stack_hash, t)) return -1;
@@ -123,7 +123,8 @@ int64_t imp_stack(imp_trace *t, const imp_frame *frames, uint32_t depth)
         int same = 1;
         for (uint32_t i = 0; i < depth && same; i++) {
             const struct imp_fr *a = &t->frames[s->first + i];
-            same = a->func == fr[i].func && a->file == fr[i].file && a->line == fr[i].line && a->addr == fr[i].addr;
+            same = a->func == fr[i].func && a->file == fr[i].file && a->line == fr[i].line && a->addr == fr[i].addr &&
+                   a->inlined == fr[i].inlined;
         }
         if (same) return (int64_t)(t->stack_slots[k] - 1);
     }
@@ -210,6 +211,7 @@ static char *meta_json(const imp_trace *t, const imp_info *info, char *err, size
             json_object_set_new(o, "line", json_integer(f->line));
             json_object_set_new(o, "func_id", json_integer(f->func));
             if (f->addr && f->addr <= INT64_MAX) json_object_set_new(o, "addr", json_integer((json_int_t)f->addr));
+            if (f->inlined) json_object_set_new(o, "inline", json_true());
             json_array_append_new(arr, o);
         }
         snprintf(key, sizeof key, "%zu", i);

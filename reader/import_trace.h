@@ -19,6 +19,7 @@ typedef struct imp_frame {
     const char *file;         /* NULL or "": unknown */
     uint32_t line;
     uint64_t addr;            /* absolute address, 0 if unknown */
+    int inlined;              /* inlined into the next frame */
 } imp_frame;
 
 typedef struct imp_event {
@@ -35,7 +36,7 @@ typedef struct imp_trace {
     struct imp_stack { size_t first; uint32_t depth; uint64_t hash; } *stacks;
     size_t nstacks, capstacks;
     uint32_t *stack_slots;  size_t stack_mask;    /* hash -> index + 1 */
-    struct imp_fr { uint32_t func, file, line; uint64_t addr; } *frames;
+    struct imp_fr { uint32_t func, file, line, inlined; uint64_t addr; } *frames;
     size_t nframes, capframes;
     imp_event *events;  size_t nevents, capevents;
     uint64_t last_us;
