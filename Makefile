@@ -129,7 +129,7 @@ $(FUZZ_BIN): tests/fuzz/fuzz_reader.c $(wildcard format/*.c) $(wildcard format/*
 	    -o $@ tests/fuzz/fuzz_reader.c $(wildcard format/*.c) -ljansson -llz4
 # The dumpalloc importer: its parser and the trace builder it fills.
 FUZZ_DA_BIN := build/fuzz/fuzz_dumpalloc
-FUZZ_DA_SRC := reader/dumpalloc_read.c reader/import_trace.c reader/addrmap.c
+FUZZ_DA_SRC := reader/dumpalloc_read.c reader/import_trace.c reader/addrmap.c reader/errbuf.c
 $(FUZZ_DA_BIN): tests/fuzz/fuzz_dumpalloc.c $(FUZZ_DA_SRC) $(wildcard format/*.c) reader/dumpalloc.h reader/import_trace.h
 	@mkdir -p $(@D)
 	clang -std=c11 -g -O1 -D_GNU_SOURCE -Iformat -Icore -Ireader -fsanitize=fuzzer,address,undefined \

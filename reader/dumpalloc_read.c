@@ -5,6 +5,7 @@
  */
 #include "dumpalloc.h"
 #include "addrmap.h"
+#include "growbuf.h"
 
 #include <jansson.h>
 #include <stdarg.h>
@@ -123,13 +124,7 @@ static void chain_clear(chain *ch)
 
 static int chain_push(chain *ch, imp_frame f)
 {
-    if (ch->n == ch->cap) {
-        size_t cap = ch->cap ? ch->cap * 2 : 32;
-        imp_frame *g = realloc(ch->f, cap * sizeof *g);
-        if (!g) return -1;
-        ch->f = g;
-        ch->cap = cap;
-    }
+    if (grow_to((void **)&ch->f, &ch->cap, ch->n + 1, sizeof *ch->f)) return -1;
     ch->f[ch->n++] = f;
     return 0;
 }

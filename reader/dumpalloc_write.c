@@ -4,9 +4,9 @@
  * The profile is not enough here: the trace is read again, event by event.
  */
 #include "dumpalloc.h"
+#include "errbuf.h"
 #include "export.h"
 
-#include <stdarg.h>
 #include <string.h>
 
 static void put_u32(FILE *f, uint32_t v)
@@ -43,15 +43,6 @@ static void put_str(FILE *f, const char *s)
     if (n) fwrite(s, 1, n, f);
 }
 
-static int fail(const export_job *j, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(j->err, j->errlen, fmt, ap);
-    va_end(ap);
-    return -1;
-}
-
 /* One frame: PCAL when symbolized and asked for, else NTVE. Inlined frames
  * share their caller's address, so NTVE chains leave them out. */
 static void put_frame(FILE *f, const mlz_meta *m, const mlz_frame *fr, enum export_frames how)
@@ -76,7 +67,7 @@ int dumpalloc_export(const export_job *j)
 {
     mlz_error e = { 0 };
     mlz_reader *r = mlz_reader_open(j->path, 0, &e);
-    if (!r) return fail(j, "%s: %s", j->path, e.msg);
+    if (!r) return errbuf_set(j->err, j->errlen, "%s: %s", j->path, e.msg);
     const mlz_meta *m = mlz_reader_meta(r);
     FILE *f = j->f;
 
@@ -112,7 +103,7 @@ int dumpalloc_export(const export_job *j)
         }
     }
     mlz_reader_close(r);
-    if (k < 0) return fail(j, "%s: %s at byte %llu: %s", j->path, mlz_rule_name(e.rule), (unsigned long long)e.offset, e.msg);
-    if (ferror(f)) return fail(j, "writing the output failed");
+    if (k < 0) return errbuf_set(j->err, j->errlen, "%s: %s at byte %llu: %s", j->path, mlz_rule_name(e.rule), (unsigned long long)e.offset, e.msg);
+    if (ferror(f)) return errbuf_set(j->err, j->errlen, "writing the output failed");
     return 0;
 }

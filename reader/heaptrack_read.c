@@ -10,6 +10,7 @@
  * only which of several equal blocks was freed is unknown (lifetimes of
  * equal blocks from one call chain may be swapped).
  */
+#include "growbuf.h"
 #include "import.h"
 
 #include <stdio.h>
@@ -27,13 +28,7 @@ typedef struct vec { void *p; size_t n, cap; } vec;
 
 static void *vpush(vec *v, size_t elem)
 {
-    if (v->n == v->cap) {
-        size_t c = v->cap ? v->cap * 2 : 256;
-        void *q = realloc(v->p, c * elem);
-        if (!q) return NULL;
-        v->p = q;
-        v->cap = c;
-    }
+    if (grow_to(&v->p, &v->cap, v->n + 1, elem)) return NULL;
     return (char *)v->p + elem * v->n++;
 }
 

@@ -12,10 +12,10 @@
  * milliseconds since the start. Everything is defined before its first use.
  */
 #include "addrmap.h"
+#include "errbuf.h"
 #include "export.h"
 #include "platform.h"
 
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -28,15 +28,6 @@ typedef struct ht {
     addrmap ips, traces, infos, live;
     uint32_t *stack_trace;                     /* stack index -> trace node (UINT32_MAX: not yet) */
 } ht;
-
-static int fail(const export_job *j, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(j->err, j->errlen, fmt, ap);
-    va_end(ap);
-    return -1;
-}
 
 /* The string's index, writing its "s" line the first time. Newlines would
  * end the line early, so they become spaces. */
@@ -196,10 +187,10 @@ int heaptrack_export(const export_job *j)
 {
     mlz_error e = { 0 };
     mlz_reader *r = mlz_reader_open(j->path, 0, &e);
-    if (!r) return fail(j, "%s: %s", j->path, e.msg);
+    if (!r) return errbuf_set(j->err, j->errlen, "%s: %s", j->path, e.msg);
     const mlz_meta *m = mlz_reader_meta(r);
     if (m->rate > 1) {
-        fail(j, "%s is sampled (rate %llu): heaptrack files hold every allocation; record an exact trace "
+        errbuf_set(j->err, j->errlen, "%s is sampled (rate %llu): heaptrack files hold every allocation; record an exact trace "
              "(memlyze run -r 1, memlyze-attach -r 1)", j->path, (unsigned long long)m->rate);
         mlz_reader_close(r);
         return -1;
@@ -212,7 +203,7 @@ int heaptrack_export(const export_job *j)
     h.stack_trace = malloc((m->nstacks + 1) * sizeof *h.stack_trace);
     if (!h.func_str || !h.file_str || !h.mod_str || !h.stack_trace || addrmap_init(&h.ips) ||
         addrmap_init(&h.traces) || addrmap_init(&h.infos) || addrmap_init(&h.live)) {
-        fail(j, "out of memory");
+        errbuf_set(j->err, j->errlen, "out of memory");
         goto out;
     }
     memset(h.stack_trace, 0xff, (m->nstacks + 1) * sizeof *h.stack_trace);
@@ -220,9 +211,9 @@ int heaptrack_export(const export_job *j)
     fprintf(h.f, "X %s\n", m->exe ? m->exe : j->path);
     fprintf(h.f, "I %lx %lx\n", sysconf(_SC_PAGESIZE), sysconf(_SC_PHYS_PAGES));
     int k = write_events(&h, r, j, &e);
-    if (k == -2) fail(j, "out of memory");
-    else if (k < 0) fail(j, "%s: %s at byte %llu: %s", j->path, mlz_rule_name(e.rule), (unsigned long long)e.offset, e.msg);
-    else if (ferror(h.f)) fail(j, "writing the output failed");
+    if (k == -2) errbuf_set(j->err, j->errlen, "out of memory");
+    else if (k < 0) errbuf_set(j->err, j->errlen, "%s: %s at byte %llu: %s", j->path, mlz_rule_name(e.rule), (unsigned long long)e.offset, e.msg);
+    else if (ferror(h.f)) errbuf_set(j->err, j->errlen, "writing the output failed");
     else rc = 0;
 out:
     free(h.func_str);

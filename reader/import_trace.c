@@ -2,30 +2,18 @@
  * import_trace.c - see import_trace.h.
  */
 #include "import_trace.h"
+#include "errbuf.h"
+#include "growbuf.h"
 #include "mlz_format.h"
 #include "platform.h"
 
 #include <errno.h>
 #include <jansson.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define IMP_FREE UINT32_MAX
-
-/* Doubles *cap (from 16) until n fits; 0, or -1 on out of memory. */
-static int grow(void **p, size_t *cap, size_t n, size_t elem)
-{
-    if (n <= *cap) return 0;
-    size_t c = *cap ? *cap : 16;
-    while (c < n) c *= 2;
-    void *q = realloc(*p, c * elem);
-    if (!q) return -1;
-    *p = q;
-    *cap = c;
-    return 0;
-}
 
 static uint64_t hash_bytes(const void *data, size_t n, uint64_t h)
 {
@@ -72,7 +60,7 @@ static uint32_t intern(imp_trace *t, const char *s)
     for (; t->str_slots[k]; k = (k + 1) & t->str_mask)
         if (!strcmp(t->strs[t->str_slots[k] - 1], s)) return t->str_slots[k] - 1;
     char *copy = strdup(s);
-    if (!copy || grow((void **)&t->strs, &t->capstrs, t->nstrs + 1, sizeof *t->strs)) {
+    if (!copy || grow_to((void **)&t->strs, &t->capstrs, t->nstrs + 1, sizeof *t->strs)) {
         free(copy);
         return UINT32_MAX;
     }
@@ -103,7 +91,7 @@ int64_t imp_stack(imp_trace *t, const imp_frame *frames, uint32_t depth)
 {
     /* The new chain goes to the end of the frame array; it stays there only
      * when no identical chain exists. */
-    if (grow((void **)&t->frames, &t->capframes, t->nframes + depth, sizeof *t->frames)) return -1;
+    if (grow_to((void **)&t->frames, &t->capframes, t->nframes + depth, sizeof *t->frames)) return -1;
     struct imp_fr *fr = t->frames + t->nframes;
     for (uint32_t i = 0; i < depth; i++) {
         uint32_t fn = intern(t, frames[i].func), fl = intern(t, frames[i].file);
@@ -129,7 +117,7 @@ int64_t imp_stack(imp_trace *t, const imp_frame *frames, uint32_t depth)
         if (same) return (int64_t)(t->stack_slots[k] - 1);
     }
     if (t->nstacks >= UINT32_MAX - 1 ||
-        grow((void **)&t->stacks, &t->capstacks, t->nstacks + 1, sizeof *t->stacks))
+        grow_to((void **)&t->stacks, &t->capstacks, t->nstacks + 1, sizeof *t->stacks))
         return -1;
     t->stacks[t->nstacks] = (struct imp_stack){ t->nframes, depth, h };
     t->nframes += depth;
@@ -139,7 +127,7 @@ int64_t imp_stack(imp_trace *t, const imp_frame *frames, uint32_t depth)
 
 static int push(imp_trace *t, uint64_t time_us, uint64_t addr, uint64_t size, uint32_t stack, uint16_t thread)
 {
-    if (grow((void **)&t->events, &t->capevents, t->nevents + 1, sizeof *t->events)) return -1;
+    if (grow_to((void **)&t->events, &t->capevents, t->nevents + 1, sizeof *t->events)) return -1;
     if (time_us < t->last_us) time_us = t->last_us;
     t->last_us = time_us;
     t->events[t->nevents++] = (imp_event){ time_us, addr, size, stack, thread };
@@ -154,15 +142,6 @@ int imp_alloc(imp_trace *t, uint64_t time_us, uint64_t addr, uint64_t size, uint
 int imp_free_event(imp_trace *t, uint64_t time_us, uint64_t addr)
 {
     return push(t, time_us, addr, 0, IMP_FREE, 0);
-}
-
-static int fail(char *err, size_t errlen, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-    return -1;
 }
 
 /* A JSON string of s; an imported name that is not UTF-8 gets '?' for
@@ -222,7 +201,7 @@ static char *meta_json(const imp_trace *t, const imp_info *info, char *err, size
     json_object_set_new(root, "functions", funcs);
     char *s = json_dumps(root, JSON_COMPACT);
     json_decref(root);
-    if (!s) fail(err, errlen, "out of memory (metadata)");
+    if (!s) errbuf_set(err, errlen, "out of memory (metadata)");
     return s;
 }
 
@@ -234,7 +213,7 @@ int imp_write(const imp_trace *t, const char *path, const imp_info *info, int re
     int rc = -1;
     mlz_writer w;
     if (!buf || !zbuf) {
-        fail(err, errlen, "out of memory");
+        errbuf_set(err, errlen, "out of memory");
         goto out;
     }
     mlz_writer_opts o = { .start_us = t->nevents ? t->events[0].time_us : 0, .meta = meta, .meta_len = strlen(meta),
@@ -242,7 +221,7 @@ int imp_write(const imp_trace *t, const char *path, const imp_info *info, int re
                           .zbuf = zbuf, .zbuf_size = MLZ_LZ4_BOUND };
     int e = mlz_writer_open(&w, path, &o);
     if (e) {
-        fail(err, errlen, "%s: %s", path, strerror(-e));
+        errbuf_set(err, errlen, "%s: %s", path, strerror(-e));
         goto out;
     }
     for (size_t i = 0; i < t->nevents && !e; i++) {
@@ -252,11 +231,11 @@ int imp_write(const imp_trace *t, const char *path, const imp_info *info, int re
     }
     if (e) {
         mlz_writer_abort(&w);
-        fail(err, errlen, "%s: %s", path, strerror(-e));
+        errbuf_set(err, errlen, "%s: %s", path, strerror(-e));
         goto out;
     }
     if ((e = mlz_writer_close(&w))) {
-        fail(err, errlen, "%s: %s", path, strerror(-e));
+        errbuf_set(err, errlen, "%s: %s", path, strerror(-e));
         goto out;
     }
     rc = 0;

@@ -3,25 +3,17 @@
  */
 #include "replay_ops.h"
 #include "addrmap.h"
+#include "errbuf.h"
+#include "growbuf.h"
 #include "sampler.h"
 
 #include <errno.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
-
-static int fail(char *err, size_t errlen, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-    return -1;
-}
 
 /* The builder's state: ops go out through a buffer; slots are reused from
  * a free list; each live trace address maps to its first slot and copy
@@ -55,13 +47,7 @@ static int64_t slot_take(builder *b)
 
 static int slot_give(builder *b, uint32_t s)
 {
-    if (b->nfree == b->capfree) {
-        size_t c = b->capfree ? b->capfree * 2 : 4096;
-        uint32_t *f = realloc(b->free_slots, c * sizeof *f);
-        if (!f) return -1;
-        b->free_slots = f;
-        b->capfree = c;
-    }
+    if (grow_to((void **)&b->free_slots, &b->capfree, b->nfree + 1, sizeof *b->free_slots)) return -1;
     b->free_slots[b->nfree++] = s;
     return 0;
 }
@@ -150,14 +136,14 @@ int replay_plan_build(const char *path, int weighted, replay_plan *plan, char *e
     plan->fd = -1;
     mlz_error e = { 0 };
     mlz_reader *r = mlz_reader_open(path, 0, &e);
-    if (!r) return fail(err, errlen, "%s", e.msg);
+    if (!r) return errbuf_set(err, errlen, "%s", e.msg);
     const mlz_meta *m = mlz_reader_meta(r);
     plan->rate = m->rate ? m->rate : 1;
     if (m->kind && strcmp(m->kind, "trace"))
-        return mlz_reader_close(r), fail(err, errlen, "a %s, not a trace: only a trace has the stream to replay", m->kind);
+        return mlz_reader_close(r), errbuf_set(err, errlen, "a %s, not a trace: only a trace has the stream to replay", m->kind);
     if (plan->rate > 1 && !weighted)
         return mlz_reader_close(r),
-               fail(err, errlen, "a sampled trace (rate %llu) holds one allocation in many: its replay would not be "
+               errbuf_set(err, errlen, "a sampled trace (rate %llu) holds one allocation in many: its replay would not be "
                     "the program's; --force replays each sample weight times, as an estimate",
                     (unsigned long long)plan->rate);
     plan->weighted = plan->rate > 1;
@@ -167,12 +153,12 @@ int replay_plan_build(const char *path, int weighted, replay_plan *plan, char *e
     if (!b || addrmap_init(&b->live)) {
         free(b);
         mlz_reader_close(r);
-        return fail(err, errlen, "out of memory");
+        return errbuf_set(err, errlen, "out of memory");
     }
     b->p = plan;
     plan->fd = memfd_create("memlyze-replay", MFD_CLOEXEC);
     if (plan->fd < 0 || !(b->out = fdopen(dup(plan->fd), "w"))) {
-        fail(err, errlen, "memfd: %s", strerror(errno));
+        errbuf_set(err, errlen, "memfd: %s", strerror(errno));
         goto out;
     }
     /* A FREE directly followed by an ALLOC stamped earlier is one realloc
@@ -223,7 +209,7 @@ int replay_plan_build(const char *path, int weighted, replay_plan *plan, char *e
         }
     }
     if (k < 0) {
-        fail(err, errlen, "%s at byte %llu: %s", mlz_rule_name(e.rule), (unsigned long long)e.offset, e.msg);
+        errbuf_set(err, errlen, "%s at byte %llu: %s", mlz_rule_name(e.rule), (unsigned long long)e.offset, e.msg);
         goto out;
     }
     if (pending) {
@@ -232,7 +218,7 @@ int replay_plan_build(const char *path, int weighted, replay_plan *plan, char *e
         note_live(b, -(int64_t)freed.size);
     }
     if (fflush(b->out) || ferror(b->out)) {
-        fail(err, errlen, "writing the replay plan: %s", strerror(errno));
+        errbuf_set(err, errlen, "writing the replay plan: %s", strerror(errno));
         goto out;
     }
     if (plan->nworkers == 0) plan->nworkers = 1;
@@ -240,7 +226,7 @@ int replay_plan_build(const char *path, int weighted, replay_plan *plan, char *e
     rc = 0;
     goto out;
 oom:
-    fail(err, errlen, "out of memory (or memfd space) building the replay");
+    errbuf_set(err, errlen, "out of memory (or memfd space) building the replay");
 out:
     if (b->out) fclose(b->out);
     addrmap_free(&b->live);

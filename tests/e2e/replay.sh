@@ -6,6 +6,7 @@
 # sampled traces refused unless --force, bad allocators and files.
 . "$(dirname "$0")/lib.sh"
 . "$ROOT/tests/e2e/reports/lib_reports.sh"
+. "$ROOT/tests/e2e/targets/redis.sh"
 SYN="$ROOT/tests/e2e/interop/synth_trace.py"
 LIBDIR=/usr/lib/x86_64-linux-gnu
 
@@ -70,15 +71,7 @@ check "a library that is no allocator still replays (malloc stays glibc's, the r
 check "not a trace: one line" bash -c "'$MEMLYZE' replay '$T/tiny.dump' 2>&1 >/dev/null | grep -q 'memlyze replay: .*tiny.dump'"
 
 # ---- a recorded redis trace (exact), replayed under every installed allocator
-if ! command -v redis-server >/dev/null || ! command -v redis-benchmark >/dev/null; then
-    skip "redis-server/redis-benchmark not installed (make deps installs them)"
-    finish
-fi
-PORT=$((20000 + RANDOM % 20000))
-redis-server --port "$PORT" --bind 127.0.0.1 --save "" --appendonly no --daemonize no > "$T/redis.log" 2>&1 &
-RP=$!
-trap 'kill $RP 2>/dev/null; rm -rf "$T"' EXIT
-for _ in $(seq 50); do redis-cli -p "$PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
+start_redis || finish
 check "redis: attach in exact mode" "$B/bin/memlyze-attach" -q -r 1 -o "$T/redis.mlyze" "$RP"
 redis-benchmark -p "$PORT" -n 50000 -c 10 -r 20000 -d 256 -t set,lpush,get -q > "$T/bench.txt" 2>&1
 check "redis: detach writes the trace" "$B/bin/memlyze-detach" -q "$RP"
