@@ -3,7 +3,7 @@
 #   make                 build everything under build/
 #   make test            build and run every test; ends with "N passed, N failed"
 #   make asan            the unit tests under ASan+UBSan (also part of make test)
-#   make fuzz            run the fuzzers for FUZZ_SECONDS in all (default 60)
+#   make fuzz            run the fuzzers (reader, importers) for FUZZ_SECONDS in all (default 60)
 #   make deps            apt-get the Debian packages the build and tests need
 #   make install PREFIX=/usr/local
 #
@@ -127,26 +127,30 @@ $(FUZZ_BIN): tests/fuzz/fuzz_reader.c $(wildcard format/*.c) $(wildcard format/*
 	@mkdir -p $(@D)
 	clang -std=c11 -g -O1 -D_GNU_SOURCE -Iformat -fsanitize=fuzzer,address,undefined \
 	    -o $@ tests/fuzz/fuzz_reader.c $(wildcard format/*.c) -ljansson -llz4
-# The dumpalloc importer: its parser and the trace builder it fills.
-FUZZ_DA_BIN := build/fuzz/fuzz_dumpalloc
-FUZZ_DA_SRC := reader/dumpalloc_read.c reader/import_trace.c reader/addrmap.c reader/errbuf.c
-$(FUZZ_DA_BIN): tests/fuzz/fuzz_dumpalloc.c $(FUZZ_DA_SRC) $(wildcard format/*.c) reader/dumpalloc.h reader/import_trace.h
+# The importers (dumpalloc, heaptrack) and the trace builder they fill.
+FUZZ_IMP_BIN := build/fuzz/fuzz_import
+FUZZ_IMP_SRC := reader/dumpalloc_read.c reader/heaptrack_read.c reader/import.c reader/import_trace.c \
+                reader/addrmap.c reader/errbuf.c
+$(FUZZ_IMP_BIN): tests/fuzz/fuzz_import.c $(FUZZ_IMP_SRC) $(wildcard format/*.c) $(wildcard reader/*.h)
 	@mkdir -p $(@D)
 	clang -std=c11 -g -O1 -D_GNU_SOURCE -Iformat -Icore -Ireader -fsanitize=fuzzer,address,undefined \
-	    -o $@ tests/fuzz/fuzz_dumpalloc.c $(FUZZ_DA_SRC) $(wildcard format/*.c) -ljansson -llz4
+	    -o $@ tests/fuzz/fuzz_import.c $(FUZZ_IMP_SRC) $(wildcard format/*.c) -ljansson -llz4 -lzstd -lz
 # Seeds are kept as dump text (reviewable) and turned into binaries here.
 # FUZZ_SECONDS is shared: two thirds for the .mlyze reader, one third for
-# the dumpalloc importer.
-fuzz: $(FUZZ_BIN) $(FUZZ_DA_BIN) $(MEMLYZE)
-	@rm -rf build/fuzz/seeds build/fuzz/da-seeds && mkdir -p build/fuzz/corpus build/fuzz/seeds build/fuzz/da-corpus build/fuzz/da-seeds
+# the importers.
+fuzz: $(FUZZ_BIN) $(FUZZ_IMP_BIN) $(MEMLYZE)
+	@rm -rf build/fuzz/seeds build/fuzz/imp-seeds && mkdir -p build/fuzz/corpus build/fuzz/seeds build/fuzz/imp-corpus build/fuzz/imp-seeds
 	@for s in tests/fuzz/seeds/*.txt; do \
 	    $(MEMLYZE) undump -o build/fuzz/seeds/$$(basename $$s .txt).mlyze $$s || exit 1; done
-	@$(MEMLYZE) export --format dumpalloc -o build/fuzz/da-seeds/fixture.da build/fuzz/seeds/$$(basename $$(ls tests/fuzz/seeds/*.txt | head -1) .txt).mlyze
-	@for k in odd past-end pcal-past-record; do python3 tests/e2e/interop/dumpalloc.py make $$k build/fuzz/da-seeds/$$k.da || exit 1; done
+	@$(MEMLYZE) undump -o build/fuzz/imp-seeds/fixture.mlyze tests/e2e/reports/fixture.dump
+	@$(MEMLYZE) export --format dumpalloc -o build/fuzz/imp-seeds/fixture.da build/fuzz/imp-seeds/fixture.mlyze
+	@$(MEMLYZE) export --format heaptrack -o build/fuzz/imp-seeds/fixture.heaptrack build/fuzz/imp-seeds/fixture.mlyze
+	@rm build/fuzz/imp-seeds/fixture.mlyze*
+	@for k in odd past-end pcal-past-record; do python3 tests/e2e/interop/dumpalloc.py make $$k build/fuzz/imp-seeds/$$k.da || exit 1; done
 	$(FUZZ_BIN) -max_total_time=$$(( $(FUZZ_SECONDS) - $(FUZZ_SECONDS) / 3 )) -max_len=65536 -timeout=10 -print_final_stats=1 \
 	    build/fuzz/corpus build/fuzz/seeds
-	$(FUZZ_DA_BIN) -max_total_time=$$(( $(FUZZ_SECONDS) / 3 )) -max_len=65536 -timeout=10 -print_final_stats=1 \
-	    build/fuzz/da-corpus build/fuzz/da-seeds
+	$(FUZZ_IMP_BIN) -max_total_time=$$(( $(FUZZ_SECONDS) / 3 )) -max_len=65536 -timeout=10 -print_final_stats=1 \
+	    build/fuzz/imp-corpus build/fuzz/imp-seeds
 
 # Each prints its figures against a baseline measured in the same run.
 bench: all

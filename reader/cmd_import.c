@@ -12,7 +12,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -50,17 +49,6 @@ static const import_format formats[] = { IMPORT_FORMATS(ROW) };
 static const char format_names[] = IMPORT_FORMATS(NAME);
 #undef NAME
 #define HELP(name, fn, help) "  " name "\n               " help
-
-void import_note(import_job *job, const char *fmt, ...)
-{
-    size_t n = strlen(job->notes);
-    if (n + 2 >= sizeof job->notes) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(job->notes + n, sizeof job->notes - n - 1, fmt, ap);
-    va_end(ap);
-    strcat(job->notes, "\n");
-}
 
 static int run(int argc, char **argv)
 {
