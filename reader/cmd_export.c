@@ -58,9 +58,9 @@ static int json_export(const export_job *j)
     X("json", ".json", json_export, 0,                                                      \
       "every site with all estimates, 95% intervals and frames\n")                          \
     X("dumpalloc", ".dumpalloc", dumpalloc_export, EXP_BINARY | EXP_FRAMES,                  \
-      "the allocation and free events as dumpalloc records (every event\n"                 \
-      "               up to --at; sizes in memlyze's ASIZ records, which other\n"            \
-      "               readers skip); frames as --frames says\n")                              \
+      "the allocation and free events of an exact trace as dumpalloc\n"                    \
+      "               records, up to --at (sizes in memlyze's ASIZ records, which\n"          \
+      "               other readers skip); frames as --frames says\n")                              \
     X("heaptrack", ".heaptrack", heaptrack_export, 0,                                         \
       "heaptrack's data file (what heaptrack_print and heaptrack_gui open):\n"              \
       "               every allocation and free of an exact trace, up to --at;\n"           \

@@ -66,8 +66,8 @@ static void put_frame(FILE *f, const mlz_meta *m, const mlz_frame *fr, enum expo
 int dumpalloc_export(const export_job *j)
 {
     mlz_error e = { 0 };
-    mlz_reader *r = mlz_reader_open(j->path, 0, &e);
-    if (!r) return errbuf_set(j->err, j->errlen, "%s: %s", j->path, e.msg);
+    mlz_reader *r = export_open_events(j, "dumpalloc");
+    if (!r) return -1;
     const mlz_meta *m = mlz_reader_meta(r);
     FILE *f = j->f;
 

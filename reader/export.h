@@ -33,6 +33,11 @@ typedef struct export_job {
 /* Every writer: 0, or -1 with j->err set. */
 typedef int (*export_fn)(const export_job *j);
 
+/* For the formats that write every event (dumpalloc, heaptrack): the input
+ * opened again, or NULL with j->err; a sampled trace is refused, as such
+ * files hold every allocation. */
+mlz_reader *export_open_events(const export_job *j, const char *format);
+
 int dumpalloc_export(const export_job *j);
 int heaptrack_export(const export_job *j);
 

@@ -186,15 +186,9 @@ static int write_events(ht *h, mlz_reader *r, const export_job *j, mlz_error *e)
 int heaptrack_export(const export_job *j)
 {
     mlz_error e = { 0 };
-    mlz_reader *r = mlz_reader_open(j->path, 0, &e);
-    if (!r) return errbuf_set(j->err, j->errlen, "%s: %s", j->path, e.msg);
+    mlz_reader *r = export_open_events(j, "heaptrack");
+    if (!r) return -1;
     const mlz_meta *m = mlz_reader_meta(r);
-    if (m->rate > 1) {
-        errbuf_set(j->err, j->errlen, "%s is sampled (rate %llu): heaptrack files hold every allocation; record an exact trace "
-             "(memlyze run -r 1, memlyze-attach -r 1)", j->path, (unsigned long long)m->rate);
-        mlz_reader_close(r);
-        return -1;
-    }
     ht h = { .f = j->f, .m = m };
     int rc = -1;
     h.func_str = calloc(m->nfunctions + 1, sizeof *h.func_str);
