@@ -170,7 +170,8 @@ int replay_plan_build(const char *path, int weighted, replay_plan *plan, char *e
     uint16_t cur = 0;
     uint64_t pending_t = 0, pending_us = 0;
     while ((k = mlz_reader_next(r, &ev, &e)) > 0) {
-        if (ev.type != MLZ_EV_ALLOC && ev.type != MLZ_EV_FREE) continue;
+        /* Address 0: a failed allocation, or free(NULL): nothing to replay. */
+        if ((ev.type != MLZ_EV_ALLOC && ev.type != MLZ_EV_FREE) || ev.addr == 0) continue;
         if (!b->have_first) b->first_us = ev.time_us, b->have_first = 1;
         uint64_t t = ev.time_us - b->first_us;
         if (ev.type == MLZ_EV_ALLOC) {

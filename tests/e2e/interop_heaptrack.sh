@@ -58,6 +58,8 @@ check "import: memlyze top's counts and peaks per site = heaptrack_print's of th
     python3 "$CMP" "$T/hk.top.json" "$T/hk.alloc" "$T/hk.peak"
 check "import: site_malloc holds 100 x 1000 B at the end, as known.c does" bash -c \
     "'$MEMLYZE' top '$T/hk.mlyze' | grep -qE '^ +[0-9]+  97.7 KiB .* 100 .*site_malloc'"
+check "import: memlyze's other reports read it (flame graph, pprof, diff against our own recording)" bash -c \
+    "'$MEMLYZE' flamegraph -o '$T/hk.svg' '$T/hk.mlyze' && grep -q site_malloc '$T/hk.svg' && '$MEMLYZE' export -o '$T/hk.pb.gz' '$T/hk.mlyze' && gzip -t '$T/hk.pb.gz' && '$MEMLYZE' diff '$T/hk.mlyze' '$T/k.mlyze' > /dev/null"
 check "import: the metadata says where it came from" bash -c "'$MEMLYZE' dump '$T/hk.mlyze' | grep '^meta' | grep -q '\"imported_from\":\"heaptrack\"'"
 zstd -dc "$T/hk.zst" > "$T/hk.plain"
 gzip -c "$T/hk.plain" > "$T/hk.gz"
