@@ -1,6 +1,6 @@
 /*
- * cmd_replay.c - memlyze replay TRACE: the recorded malloc/free/realloc
- * stream replayed under other allocators, one fresh process each, and what
+ * cmd_replay.c - memlyze replay TRACE: the recorded allocation stream
+ * replayed under other allocators, one fresh process each, and what
  * each made of it: time, peak RSS, RSS at the end, fragmentation, faults.
  *
  * The parent reads the trace once into a plan (replay_ops.c); each child is
@@ -158,9 +158,9 @@ static double kib_above(uint64_t v, uint64_t base)
 static void print_table(const char *path, const replay_plan *p, const column *cols, int n)
 {
     char b1[32], b2[32];
-    printf("%s: %llu ops (%llu allocations, %llu frees, %llu reallocs) on %u thread%s; live at the peak %s, at the end %s\n",
+    printf("%s: %llu ops (%llu allocations, %llu frees) on %u thread%s; live at the peak %s, at the end %s\n",
            path, (unsigned long long)p->nops, (unsigned long long)p->allocs, (unsigned long long)p->frees,
-           (unsigned long long)p->reallocs, p->nworkers, p->nworkers == 1 ? "" : "s",
+           p->nworkers, p->nworkers == 1 ? "" : "s",
            cli_bytes((double)p->peak_live, b1, sizeof b1), cli_bytes((double)p->live_at_end, b2, sizeof b2));
     if (p->weighted)
         printf("ESTIMATE: a sampled trace (rate %llu) replayed with each sample as 1/p blocks of its size\n",
@@ -197,7 +197,6 @@ static void print_json(const char *path, const replay_plan *p, const column *col
     json_object_set_new(root, "ops", json_integer((json_int_t)p->nops));
     json_object_set_new(root, "allocations", json_integer((json_int_t)p->allocs));
     json_object_set_new(root, "frees", json_integer((json_int_t)p->frees));
-    json_object_set_new(root, "reallocs", json_integer((json_int_t)p->reallocs));
     json_object_set_new(root, "skipped_frees", json_integer((json_int_t)p->unknown_frees));
     json_object_set_new(root, "threads", json_integer(p->nworkers));
     json_object_set_new(root, "peak_live_bytes", json_integer((json_int_t)p->peak_live));
@@ -283,10 +282,12 @@ const mlz_command cmd_replay = {
     "replay", run, "replay a trace's allocations under other allocators and compare",
     "usage: memlyze replay [--allocator LIST] [--json] [--timing] [--force] TRACE\n"
     "\n"
-    "Replays the recorded malloc, free and realloc calls of TRACE (sizes, order\n"
-    "and threads) in a fresh process per allocator and prints one table:\n"
+    "Replays the recorded allocations and frees of TRACE (sizes, order and\n"
+    "threads) in a fresh process per allocator and prints one table:\n"
     "  time           the replay's wall-clock time\n"
     "  peak RSS       the highest resident memory, above the replayer's own\n"
+    "                 (measured before the first call; the first use of the\n"
+    "                 allocator's code adds up to a few hundred KiB)\n"
     "  RSS at end     resident memory after the last call (live blocks kept)\n"
     "  fragmentation  RSS when live bytes peak, over those live bytes (1.00 =\n"
     "                 no overhead)\n"
@@ -294,10 +295,9 @@ const mlz_command cmd_replay = {
     "Each new block gets one write per 4 KiB page, as a program would use it.\n"
     "Recorded threads are threads that take turns in the recorded order; a free\n"
     "runs on the thread of the last allocation before it (a trace does not say\n"
-    "which thread freed). A free followed by an allocation stamped earlier than\n"
-    "it (how memlyze records a realloc) is replayed as one realloc; within one\n"
-    "microsecond a realloc cannot be told from a free and a malloc, and replays\n"
-    "as those. Frees of blocks from before the recording are skipped (counted).\n"
+    "which thread freed). A trace records a realloc as the old block's free and\n"
+    "the new block's allocation: the replay makes those two calls. Frees of\n"
+    "blocks from before the recording are skipped (counted).\n"
     "  --allocator LIST  comma-separated names or paths of malloc libraries\n"
     "                    (LD_PRELOAD); default: every installed one of\n" REPLAY_ALLOCATORS(HELP)
     "  --json            the same as a JSON document\n"

@@ -111,29 +111,16 @@ static void run_op(const replay_op *op)
             nanosleep(&ts, NULL);
         }
     }
-    switch (op->kind) {
-    case RP_MALLOC: {
-        void *p = malloc(op->size ? op->size : 1);
-        /* Touch it as a program would its new block: one write per page. */
-        if (p)
-            for (uint64_t i = 0; i < op->size; i += 4096) ((volatile char *)p)[i] = 1;
-        g.slots[op->slot] = p;
-        break;
-    }
-    case RP_FREE:
+    if (op->kind == RP_FREE) {
         free(g.slots[op->slot]);
         g.slots[op->slot] = NULL;
-        break;
-    default: {
-        void *p = realloc(g.slots[op->slot], op->size ? op->size : 1);
-        if (p) {
-            for (uint64_t i = 0; i < op->size; i += 4096) ((volatile char *)p)[i] = 1;
-            g.slots[op->slot] = NULL;
-        }
-        g.slots[op->slot2] = p;
-        break;
+        return;
     }
-    }
+    void *p = malloc(op->size ? op->size : 1);
+    /* Touch it as a program would its new block: one write per page. */
+    if (p)
+        for (uint64_t i = 0; i < op->size; i += 4096) ((volatile char *)p)[i] = 1;
+    g.slots[op->slot] = p;
 }
 
 /* Runs ops while they are this worker's; returns the worker to hand to,

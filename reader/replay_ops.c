@@ -67,9 +67,8 @@ static uint16_t worker_of(builder *b, uint16_t thread)
     return (uint16_t)(b->workers[thread] - 1);
 }
 
-/* One recorded allocation: `copies` blocks (1 unless weighted), or a
- * realloc of the block just freed (old, with its slot). */
-static int on_alloc(builder *b, const mlz_event *ev, uint16_t worker, const addr_obj *realloc_of, uint64_t t)
+/* One recorded allocation: `copies` blocks (1 unless weighted). */
+static int on_alloc(builder *b, const mlz_event *ev, uint16_t worker, uint64_t t)
 {
     uint32_t copies = 1;
     if (b->p->weighted) {
@@ -82,18 +81,12 @@ static int on_alloc(builder *b, const mlz_event *ev, uint16_t worker, const addr
         if (s < 0) return -1;
         if (first < 0) first = s;
         replay_op op = { .kind = RP_MALLOC, .worker = worker, .slot = (uint32_t)s, .size = ev->size, .time_us = t };
-        if (realloc_of) {
-            op.kind = RP_REALLOC;
-            op.slot = realloc_of->site;
-            op.slot2 = (uint32_t)s;
-        }
         if (put(b, &op)) return -1;
-        note_live(b, (int64_t)ev->size - (realloc_of ? (int64_t)realloc_of->size : 0));
-        /* Each copy needs its own slot; weighted copies take consecutive
-         * ones only by chance, so every copy's slot is kept in the map
-         * under a derived key. */
+        note_live(b, (int64_t)ev->size);
+        /* Each further copy's slot is kept under a key derived from the
+         * address, so the free finds them all. */
         if (i > 0) {
-            addr_obj c = { .addr = ev->addr ^ ((uint64_t)i << 48), .size = ev->size, .site = (uint32_t)s, .thread = 0 };
+            addr_obj c = { .addr = ev->addr ^ ((uint64_t)i << 48), .size = ev->size, .site = (uint32_t)s };
             if (addrmap_put(&b->live, &c, NULL) < 0) return -1;
         }
     }
@@ -108,7 +101,6 @@ static int on_alloc(builder *b, const mlz_event *ev, uint16_t worker, const addr
         note_live(b, -(int64_t)old.size);
     }
     b->p->allocs++;
-    if (realloc_of) b->p->reallocs++;
     return 0;
 }
 
@@ -161,62 +153,25 @@ int replay_plan_build(const char *path, int weighted, replay_plan *plan, char *e
         errbuf_set(err, errlen, "memfd: %s", strerror(errno));
         goto out;
     }
-    /* A FREE directly followed by an ALLOC stamped earlier is one realloc
-     * (the payload records realloc as the old block's FREE, then the new
-     * block's ALLOC timed at the call's start). */
     mlz_event ev;
-    int k, pending = 0;
-    addr_obj freed = { 0 };
+    int k;
     uint16_t cur = 0;
-    uint64_t pending_t = 0, pending_us = 0;
     while ((k = mlz_reader_next(r, &ev, &e)) > 0) {
         /* Address 0: a failed allocation, or free(NULL): nothing to replay. */
         if ((ev.type != MLZ_EV_ALLOC && ev.type != MLZ_EV_FREE) || ev.addr == 0) continue;
         if (!b->have_first) b->first_us = ev.time_us, b->have_first = 1;
         uint64_t t = ev.time_us - b->first_us;
+        addr_obj o;
         if (ev.type == MLZ_EV_ALLOC) {
             cur = worker_of(b, ev.thread);
-            int as_realloc = pending && !plan->weighted && ev.time_us < pending_us;
-            if (pending && !as_realloc) {
-                replay_op op = { .kind = RP_FREE, .worker = cur, .slot = freed.site, .time_us = pending_t };
-                if (put(b, &op) || slot_give(b, freed.site)) goto oom;
-                note_live(b, -(int64_t)freed.size);
-            }
-            pending = 0;
-            if (on_alloc(b, &ev, cur, as_realloc ? &freed : NULL, t)) goto oom;
-            if (as_realloc && slot_give(b, freed.site)) goto oom;
-            continue;
-        }
-        /* FREE: flush an earlier pending one, then hold this one back when
-         * it may be a realloc's first half. */
-        if (pending) {
-            replay_op op = { .kind = RP_FREE, .worker = cur, .slot = freed.site, .time_us = pending_t };
-            if (put(b, &op) || slot_give(b, freed.site)) goto oom;
-            note_live(b, -(int64_t)freed.size);
-            pending = 0;
-        }
-        if (!plan->weighted) {
-            if (addrmap_take(&b->live, ev.addr, &freed)) {
-                pending = 1;
-                pending_t = t;
-                pending_us = ev.time_us;
-                plan->frees++;
-            } else {
-                plan->unknown_frees++;
-            }
-        } else {
-            addr_obj o;
-            if (on_free(b, ev.addr, cur, t, &o) < 0) goto oom;
+            if (on_alloc(b, &ev, cur, t)) goto oom;
+        } else if (on_free(b, ev.addr, cur, t, &o) < 0) {
+            goto oom;
         }
     }
     if (k < 0) {
         errbuf_set(err, errlen, "%s at byte %llu: %s", mlz_rule_name(e.rule), (unsigned long long)e.offset, e.msg);
         goto out;
-    }
-    if (pending) {
-        replay_op op = { .kind = RP_FREE, .worker = cur, .slot = freed.site, .time_us = pending_t };
-        if (put(b, &op)) goto oom;
-        note_live(b, -(int64_t)freed.size);
     }
     if (fflush(b->out) || ferror(b->out)) {
         errbuf_set(err, errlen, "writing the replay plan: %s", strerror(errno));

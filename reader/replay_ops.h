@@ -13,16 +13,17 @@
 
 #include <stdint.h>
 
-enum replay_kind { RP_MALLOC = 0, RP_FREE = 1, RP_REALLOC = 2 };
+/* A memlyze trace records a realloc as the old block's FREE and the new
+ * block's ALLOC (in time order, nothing tells the pair from a free and a
+ * malloc), so the replay makes those two calls. */
+enum replay_kind { RP_MALLOC = 0, RP_FREE = 1 };
 
 typedef struct replay_op {
     uint8_t  kind;
     uint8_t  pad;
     uint16_t worker;          /* dense index of the recorded thread */
-    uint32_t slot;            /* MALLOC: the new block; FREE, REALLOC: the old one */
-    uint32_t slot2;           /* REALLOC: the new block */
-    uint32_t pad2;
-    uint64_t size;            /* MALLOC, REALLOC */
+    uint32_t slot;            /* the block (its index in the child's pointer array) */
+    uint64_t size;            /* MALLOC */
     uint64_t time_us;         /* since the first op */
 } replay_op;
 
@@ -30,7 +31,7 @@ typedef struct replay_plan {
     int fd;                   /* memfd of nops replay_ops */
     uint64_t nops, nslots;
     uint32_t nworkers;        /* recorded threads */
-    uint64_t allocs, frees, reallocs;
+    uint64_t allocs, frees;
     uint64_t unknown_frees;   /* frees of blocks the trace never allocated: skipped */
     uint64_t peak_live;       /* bytes live at the peak of the replayed stream */
     uint64_t peak_op;         /* index of the op after which that peak is reached */
