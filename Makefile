@@ -3,7 +3,7 @@
 #   make                 build everything under build/
 #   make test            build and run every test; ends with "N passed, N failed, N skipped"
 #   make asan            the unit tests under ASan+UBSan (also part of make test)
-#   make fuzz            run the reader fuzzer for FUZZ_SECONDS (default 60)
+#   make fuzz            run the fuzzers (reader, importers) for FUZZ_SECONDS in all (default 60)
 #   make soak            long attach/detach and kill runs (not in CI)
 #   make deps            apt-get the Debian packages the build and tests need
 #   make install PREFIX=/usr/local
@@ -30,7 +30,7 @@ CFLAGS  += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=
 LDFLAGS += -fsanitize=$(SANITIZE)
 endif
 
-SYSLIBS := -ljansson -llz4 -ldw -lelf -lcapstone -lz -lstdc++ -lpthread -lm -ldl
+SYSLIBS := -ljansson -llz4 -ldw -lelf -lcapstone -lz -lzstd -lstdc++ -lpthread -lm -ldl
 # memlyze watch draws with ncurses; memlyze serve answers HTTP with libmicrohttpd.
 SYSLIBS  += -lncursesw -lmicrohttpd
 
@@ -142,13 +142,30 @@ $(FUZZ_BIN): tests/fuzz/fuzz_reader.c $(wildcard format/*.c) $(wildcard format/*
 	@mkdir -p $(@D)
 	clang -std=c11 -g -O1 -D_GNU_SOURCE -Iformat -fsanitize=fuzzer,address,undefined \
 	    -o $@ tests/fuzz/fuzz_reader.c $(wildcard format/*.c) -ljansson -llz4
+# The importers (dumpalloc, heaptrack) and the trace builder they fill.
+FUZZ_IMP_BIN := build/fuzz/fuzz_import
+FUZZ_IMP_SRC := reader/dumpalloc_read.c reader/heaptrack_read.c reader/import.c reader/import_trace.c \
+                reader/addrmap.c reader/errbuf.c
+$(FUZZ_IMP_BIN): tests/fuzz/fuzz_import.c $(FUZZ_IMP_SRC) $(wildcard format/*.c) $(wildcard reader/*.h)
+	@mkdir -p $(@D)
+	clang -std=c11 -g -O1 -D_GNU_SOURCE -Iformat -Icore -Ireader -fsanitize=fuzzer,address,undefined \
+	    -o $@ tests/fuzz/fuzz_import.c $(FUZZ_IMP_SRC) $(wildcard format/*.c) -ljansson -llz4 -lzstd -lz
 # Seeds are kept as dump text (reviewable) and turned into binaries here.
-fuzz: $(FUZZ_BIN) $(MEMLYZE)
-	@rm -rf build/fuzz/seeds && mkdir -p build/fuzz/corpus build/fuzz/seeds
+# FUZZ_SECONDS is shared: two thirds for the .mlyze reader, one third for
+# the importers.
+fuzz: $(FUZZ_BIN) $(FUZZ_IMP_BIN) $(MEMLYZE)
+	@rm -rf build/fuzz/seeds build/fuzz/imp-seeds && mkdir -p build/fuzz/corpus build/fuzz/seeds build/fuzz/imp-corpus build/fuzz/imp-seeds
 	@for s in tests/fuzz/seeds/*.txt; do \
 	    $(MEMLYZE) undump -o build/fuzz/seeds/$$(basename $$s .txt).mlyze $$s || exit 1; done
-	$(FUZZ_BIN) -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -timeout=10 -print_final_stats=1 \
+	@$(MEMLYZE) undump -o build/fuzz/imp-seeds/fixture.mlyze tests/e2e/reports/fixture.dump
+	@$(MEMLYZE) export --format dumpalloc -o build/fuzz/imp-seeds/fixture.da build/fuzz/imp-seeds/fixture.mlyze
+	@$(MEMLYZE) export --format heaptrack -o build/fuzz/imp-seeds/fixture.heaptrack build/fuzz/imp-seeds/fixture.mlyze
+	@rm build/fuzz/imp-seeds/fixture.mlyze*
+	@for k in odd past-end pcal-past-record; do python3 tests/e2e/interop/dumpalloc.py make $$k build/fuzz/imp-seeds/$$k.da || exit 1; done
+	$(FUZZ_BIN) -max_total_time=$$(( $(FUZZ_SECONDS) - $(FUZZ_SECONDS) / 3 )) -max_len=65536 -timeout=10 -print_final_stats=1 \
 	    build/fuzz/corpus build/fuzz/seeds
+	$(FUZZ_IMP_BIN) -max_total_time=$$(( $(FUZZ_SECONDS) / 3 )) -max_len=65536 -timeout=10 -print_final_stats=1 \
+	    build/fuzz/imp-corpus build/fuzz/imp-seeds
 
 # Each prints its figures against a baseline measured in the same run.
 bench: all

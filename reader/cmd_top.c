@@ -10,17 +10,55 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum by { BY_LIVE, BY_PEAK, BY_ALLOCATED, BY_COUNT };
+/* The orders of --by, one row each. The usage text and the --by error
+ * come from this table. */
+static double key_live(const prof_site *s) { return s->live_bytes.value; }
+static double key_peak(const prof_site *s) { return s->peak_bytes; }
+static double key_allocated(const prof_site *s) { return s->alloc_bytes.value; }
+static double key_count(const prof_site *s) { return s->alloc_count.value; }
+static const est *est_live(const prof_site *s) { return &s->live_bytes; }
+static const est *est_allocated(const prof_site *s) { return &s->alloc_bytes; }
+static const est *est_count(const prof_site *s) { return &s->alloc_count; }
+static double objects_live(const prof_site *s) { return s->live_count.value; }
+static double objects_allocated(const prof_site *s) { return s->alloc_count.value; }
+static double bytes_allocated(const prof_site *s) { return s->alloc_bytes.value; }
 
-static enum by g_by;
+/* X(name, key, estimate with interval (NULL: none), unit, column header,
+ *   second column header, its value, help) */
+#define TOP_ORDERS(X)                                                                              \
+    X("live", key_live, est_live, TOP_BYTES, "live bytes", "objects", objects_live,               \
+      "estimated live bytes at the end (default)")                                                \
+    X("peak", key_peak, NULL, TOP_BYTES, "peak bytes", "objects", objects_live,                   \
+      "the site's own peak of live bytes")                                                        \
+    X("allocated", key_allocated, est_allocated, TOP_BYTES, "allocated bytes", "objects",         \
+      objects_allocated, "bytes allocated over the whole recording")                              \
+    X("count", key_count, est_count, TOP_COUNT, "allocations", "bytes", bytes_allocated,          \
+      "number of allocations")
+
+enum top_unit { TOP_BYTES, TOP_COUNT };
+typedef struct top_order {
+    const char *name;
+    double (*key)(const prof_site *s);
+    const est *(*estimate)(const prof_site *s);
+    enum top_unit unit;
+    const char *what;         /* the value column's header */
+    const char *other;        /* the second column's header */
+    double (*other_value)(const prof_site *s);   /* in the unit the first one is not */
+} top_order;
+
+#define ROW(name, key, e, unit, what, other, ov, help) { name, key, e, unit, what, other, ov },
+static const top_order orders[] = { TOP_ORDERS(ROW) };
+#undef ROW
+#define NORDERS (sizeof orders / sizeof orders[0])
+#define NAME(name, key, e, unit, what, other, ov, help) ", " name
+static const char order_names[] = TOP_ORDERS(NAME);   /* ", live, ..." */
+#undef NAME
+#define HELP(name, key, e, unit, what, other, ov, help) "                  " name ": " help "\n"
+
+static const top_order *g_by;
 static double key_of(const prof_site *s)
 {
-    switch (g_by) {
-    case BY_PEAK: return s->peak_bytes;
-    case BY_ALLOCATED: return s->alloc_bytes.value;
-    case BY_COUNT: return s->alloc_count.value;
-    default: return s->live_bytes.value;
-    }
+    return g_by->key(s);
 }
 
 static int cmp_site(const void *a, const void *b)
@@ -34,7 +72,7 @@ static int run(int argc, char **argv)
     long n = 10, frames = 4;
     int c, as_json = 0;
     rep_at at = { NULL };
-    g_by = BY_LIVE;
+    g_by = &orders[0];
     static const struct option opts[] = {
         { "by", required_argument, 0, 'b' }, { "frames", required_argument, 0, 'f' },
         { "json", no_argument, 0, 'j' }, { "at", required_argument, 0, 'a' }, { 0, 0, 0, 0 } };
@@ -56,11 +94,11 @@ static int run(int argc, char **argv)
             if (rep_parse_at(optarg, &at)) return cli_usage_error(&cmd_top, "%s", "--at takes seconds since the start or an absolute time in microseconds");
             break;
         case 'b':
-            if (!strcmp(optarg, "live")) g_by = BY_LIVE;
-            else if (!strcmp(optarg, "peak")) g_by = BY_PEAK;
-            else if (!strcmp(optarg, "allocated")) g_by = BY_ALLOCATED;
-            else if (!strcmp(optarg, "count")) g_by = BY_COUNT;
-            else return cli_usage_error(&cmd_top, "--by takes live, peak, allocated or count");
+            g_by = NULL;
+            for (size_t i = 0; i < NORDERS && !g_by; i++)
+                if (!strcmp(optarg, orders[i].name)) g_by = &orders[i];
+            if (!g_by)
+                return cli_usage_error(&cmd_top, "--by takes one of %s", order_names + 2);
             break;
         default:
             return cli_usage_error(&cmd_top, "bad option");
@@ -85,10 +123,9 @@ static int run(int argc, char **argv)
 
     char fr[512];
     if (as_json) {
-        static const char *keys[] = { "live", "peak", "allocated", "count" };
         json_t *root = json_object(), *arr = json_array();
         json_object_set_new(root, "file", json_string(path));
-        json_object_set_new(root, "by", json_string(keys[g_by]));
+        json_object_set_new(root, "by", json_string(g_by->name));
         json_object_set_new(root, "rate", json_integer((json_int_t)p.rate));
         json_object_set_new(root, "samples", json_integer((json_int_t)total_samples));
         json_object_set_new(root, "live_samples", json_integer((json_int_t)p.live_samples));
@@ -125,33 +162,31 @@ static int run(int argc, char **argv)
         return 0;
     }
 
-    static const char *what[] = { "live bytes", "peak bytes", "allocated bytes", "allocations" };
     char b1[32], b2[32];
     const char *rate = p.rate <= 1 ? "exact (every allocation)" : cli_bytes((double)p.rate, b1, sizeof b1);
     printf("%s: live %s", path, cli_bytes(p.live_bytes.value, b2, sizeof b2));
     if (p.rate > 1) printf(" \xc2\xb1 %s", cli_bytes(est_ci95(&p.live_bytes), fr, sizeof fr));
     printf(" in ~%.0f objects; sampling %s; %llu samples, %llu live\n", p.live_count.value, rate,
            (unsigned long long)total_samples, (unsigned long long)p.live_samples);
-    if (p.rate > 1 && p.live_samples < 100 && g_by == BY_LIVE)
+    if (p.rate > 1 && p.live_samples < 100 && g_by == &orders[0])
         printf("warning: only %llu live samples; estimates are rough (use a lower --rate or a longer run)\n",
                (unsigned long long)p.live_samples);
-    printf("%4s  %-28s %6s  %9s  %7s  %s\n", "rank", what[g_by], "share",
-           g_by == BY_COUNT ? "bytes" : "objects", "samples", "site");
+    printf("%4s  %-28s %6s  %9s  %7s  %s\n", "rank", g_by->what, "share", g_by->other, "samples", "site");
     for (size_t i = 0; i < k && i < (size_t)n; i++) {
         prof_site *s = order[i];
-        const est *e1 = g_by == BY_ALLOCATED ? &s->alloc_bytes : g_by == BY_COUNT ? &s->alloc_count : &s->live_bytes;
-        char val[64], ci[32] = "";
-        if (g_by == BY_COUNT) snprintf(val, sizeof val, "%.0f", e1->value);
-        else cli_bytes(g_by == BY_PEAK ? s->peak_bytes : e1->value, val, sizeof val);
-        if (p.rate > 1 && g_by != BY_PEAK) {
-            if (g_by == BY_COUNT) snprintf(ci, sizeof ci, " \xc2\xb1 %.0f", est_ci95(e1));
-            else { char b[24]; snprintf(ci, sizeof ci, " \xc2\xb1 %s", cli_bytes(est_ci95(e1), b, sizeof b)); }
+        const est *e1 = g_by->estimate ? g_by->estimate(s) : NULL;
+        char val[64], ci[32] = "", b[24];
+        if (g_by->unit == TOP_COUNT) snprintf(val, sizeof val, "%.0f", key_of(s));
+        else cli_bytes(key_of(s), val, sizeof val);
+        if (p.rate > 1 && e1) {
+            if (g_by->unit == TOP_COUNT) snprintf(ci, sizeof ci, " \xc2\xb1 %.0f", est_ci95(e1));
+            else snprintf(ci, sizeof ci, " \xc2\xb1 %s", cli_bytes(est_ci95(e1), b, sizeof b));
         }
         char cell[96];
         snprintf(cell, sizeof cell, "%s%s", val, ci);
         char other[32];
-        if (g_by == BY_COUNT) cli_bytes(s->alloc_bytes.value, other, sizeof other);
-        else snprintf(other, sizeof other, "%.0f", g_by == BY_ALLOCATED ? s->alloc_count.value : s->live_count.value);
+        if (g_by->unit == TOP_COUNT) cli_bytes(g_by->other_value(s), other, sizeof other);
+        else snprintf(other, sizeof other, "%.0f", g_by->other_value(s));
         const mlz_stack *st = s->stack;
         if (st->depth) prof_frame_name(p.meta, &st->frames[0], fr, sizeof fr);
         else snprintf(fr, sizeof fr, "(no frames)");
@@ -171,14 +206,14 @@ static int run(int argc, char **argv)
 
 const mlz_command cmd_top = {
     "top", run, "allocation sites ranked by estimated bytes",
-    "usage: memlyze top [-n N] [--by live|peak|allocated|count] [--frames N] [--at TIME] [--json] FILE\n"
+    "usage: memlyze top [-n N] [--by KEY] [--frames N] [--at TIME] [--json] FILE\n"
     "\n"
     "Ranks allocation sites (stacks) by estimated live bytes at the end of FILE,\n"
     "or by their own peak of live bytes, by bytes allocated over the whole\n"
     "recording, or by number of allocations. Estimates are scaled from the\n"
     "samples by the sampling rate, with their 95% confidence interval.\n"
     "  -n N          show N sites (default 10)\n"
-    "  --by KEY      live (default), peak, allocated or count\n"
+    "  --by KEY      the order:\n" TOP_ORDERS(HELP)
     "  --frames N    frames shown per site (default 4)\n"
     "  --at TIME     the live heap at TIME: seconds since the start (e.g. 12.5)\n"
     "                or an absolute time in microseconds since the epoch\n"

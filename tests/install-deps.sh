@@ -25,6 +25,9 @@ pkgs=(
   libncurses-dev    # memlyze watch: the terminal view (curses, works over ssh in 80x24)
   tmux              # drives memlyze watch in a real terminal in its test
   libmicrohttpd-dev # memlyze serve: the embedded HTTP server (request parsing is the library's)
+  libjemalloc2 libtcmalloc-minimal4 libmimalloc2.0  # allocators memlyze replay compares
+  heaptrack         # heaptrack_print reads our heaptrack exports (the real client)
+  libzstd-dev       # memlyze import heaptrack reads heaptrack's .zst files
 )
 missing=()
 for p in "${pkgs[@]}"; do

@@ -4,15 +4,8 @@
 # snapshot that names redis' own allocation sites, memlyze-detach; redis
 # keeps answering correctly all along and its data is intact afterwards.
 . "$(dirname "$0")/lib.sh"
-if ! command -v redis-server >/dev/null || ! command -v redis-benchmark >/dev/null; then
-    skip "redis attach" "redis-server/redis-benchmark not installed; make deps installs them"
-    finish
-fi
-PORT=$((20000 + RANDOM % 20000))
-redis-server --port "$PORT" --bind 127.0.0.1 --save "" --appendonly no --daemonize no > "$T/redis.log" 2>&1 &
-RP=$!
-trap 'kill $RP 2>/dev/null; rm -rf "$T"' EXIT
-for _ in $(seq 50); do redis-cli -p "$PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
+. "$ROOT/tests/targets/redis.sh"
+start_redis || finish
 redis-cli -p "$PORT" set canary alive >/dev/null
 # Load: a growing key space (so the live heap grows) from 20 clients.
 redis-benchmark -p "$PORT" -n 300000 -c 20 -r 100000 -d 256 -t set,lpush -q > "$T/bench.txt" 2>&1 &

@@ -40,7 +40,7 @@ check "not attached: one line, exit 1" bash -c "[ $rc -eq 1 ] && [ \$(printf '%s
 
 # Exact mode against a holder whose live sites are known to the byte: the
 # per-site sums of --json are exact, as memlyze snapshot's are.
-cc -O2 -g -pthread -o "$T/holder" "$ROOT/tests/e2e/targets/holder.c" || fail "build holder"
+cc -O2 -g -pthread -o "$T/holder" "$ROOT/tests/targets/holder.c" || fail "build holder"
 mkfifo "$T/hin"
 MEMLYZE_MODE=got MEMLYZE_RATE=1 MEMLYZE_SPOOL="$T/hspool" LD_PRELOAD="$B/lib/libmemlyze.so" \
     "$T/holder" 16 < "$T/hin" > "$T/hout" &

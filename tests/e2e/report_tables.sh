@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# The export formats and the orders of `top` are tables: every row appears in
+# the help and in the error for an unknown name, an output name implies its
+# format (the longest matching suffix), and per-row options stay with their
+# rows. A row missing from any of these fails here.
+. "$(dirname "$0")/lib.sh"
+. "$ROOT/tests/e2e/reports/lib_reports.sh"
+
+fixture "$T/f.mlyze"
+FORMATS="pprof speedscope folded json dumpalloc heaptrack"
+"$MEMLYZE" export --help > "$T/help.txt"
+"$MEMLYZE" export --format xml "$T/f.mlyze" 2> "$T/err.txt"
+for f in $FORMATS; do
+    check "export --help: a paragraph for $f" grep -q "^  $f\$" "$T/help.txt"
+done
+check "export: the --format error lists every format, in table order" \
+    grep -q "^memlyze export: --format takes one of pprof, speedscope, folded, json, dumpalloc, heaptrack$" "$T/err.txt"
+check "export: no --format and no telling name: the same list" bash -c \
+    "'$MEMLYZE' export '$T/f.mlyze' 2>&1 >/dev/null | grep -q 'need --format (one of pprof, speedscope, folded, json, dumpalloc, heaptrack)'"
+# The name decides the format: each output checked by its own first bytes.
+for pair in "x.pb.gz:1f8b" "x.pprof:1f8b" "x.speedscope.json:7b22" "x.json:7b0a" "x.folded:5f73" "x.dumpalloc:5052" "x.heaptrack:7620"; do
+    name=${pair%%:*} magic=${pair#*:}
+    check "export -o $name: the format its name implies" bash -c \
+        "'$MEMLYZE' export -o '$T/$name' '$T/f.mlyze' && [ \"\$(head -c 2 '$T/$name' | od -An -tx1 | tr -d ' \n')\" = '$magic' ]"
+done
+check "export: speedscope, not json, for x.speedscope.json (longest suffix)" bash -c \
+    "grep -q 'speedscope.app/file-format-schema' '$T/x.speedscope.json'"
+check "export: --metric is folded's only" bash -c "'$MEMLYZE' export --format json --metric count '$T/f.mlyze' 2>&1 >/dev/null | grep -q 'does not apply to --format json'"
+check "export: binary formats refuse a terminal" bash -c \
+    "script -qec \"'$MEMLYZE' export --format dumpalloc '$T/f.mlyze'\" /dev/null | grep -q 'dumpalloc output is binary'"
+known_trace "$T/ks.mlyze" 4096
+for f in dumpalloc heaptrack; do
+    check "export $f: a sampled trace is refused in one line, no output" bash -c \
+        "'$MEMLYZE' export --format $f -o '$T/ks.$f' '$T/ks.mlyze' 2> '$T/ks.err'; [ \$? -eq 1 ] && [ \$(wc -l < '$T/ks.err') -eq 1 ] && grep -q 'sampled (rate 4096): $f files hold every allocation' '$T/ks.err' && [ ! -e '$T/ks.$f' ]"
+done
+
+# top --by
+"$MEMLYZE" top --help > "$T/top.txt"
+for o in live peak allocated count; do
+    check "top --help: a line for --by $o" grep -q "^ *$o: " "$T/top.txt"
+done
+check "top: the --by error lists every order" bash -c \
+    "'$MEMLYZE' top --by size '$T/f.mlyze' 2>&1 | grep -q '^memlyze top: --by takes one of live, peak, allocated, count$'"
+check "top --by each: its own column header" bash -c \
+    "for o in 'live:live bytes' 'peak:peak bytes' 'allocated:allocated bytes' 'count:allocations'; do '$MEMLYZE' top --by \${o%%:*} '$T/f.mlyze' | sed -n 2p | grep -q \"^rank  \${o#*:} \" || exit 1; done"
+check "top --by count: counts in the first column, bytes in the second" bash -c \
+    "'$MEMLYZE' top --by count '$T/f.mlyze' | grep -E '^ +1  3 +42.9% +4.88 KiB +3  grow_site'"
+finish
