@@ -207,8 +207,8 @@ enum { MLZ_LOCK_LOADER = 1, MLZ_LOCK_STACKS = 2, MLZ_LOCK_ARENA = 4 };
 int mlz__locks_find(pid_t pid, mlz_glibc_locks *L);
 /* With every thread of g stopped: 0 if none is held, else the MLZ_LOCK_*
  * kind of the first held one and a line in why ("thread 4711 (worker)
- * holds ..."). */
-int mlz__locks_busy(const mlz_glibc_locks *L, mlz_tgroup *g, char *why, size_t cap);
+ * holds ..."); *holder: the tid holding the loader lock, when known. */
+int mlz__locks_busy(const mlz_glibc_locks *L, mlz_tgroup *g, char *why, size_t cap, pid_t *holder);
 /* The thread's name (comm), "?" if gone. */
 const char *mlz__thread_name(pid_t pid, pid_t tid, char *buf, size_t cap);
 

@@ -68,6 +68,9 @@ typedef struct scan {
     int unsafe;
     int in_alloc;                    /* the unsafe frame is in libc's allocator */
     int drain_ok;                    /* the payload's drain thread may be borrowed */
+    int lockish;                     /* the unsafe frame may hold a loader or thread lock */
+    char module[128];                /* innermost frame outside libc and ld.so, below a loader frame */
+    int below_loader;
     int frames;
     int max_frames;                  /* how deep to look */
     char why[256];
@@ -134,7 +137,7 @@ static int frame_cb(Dwfl_Frame *f, void *arg)
         mlz__note("  #%d 0x%llx %s in %s", s->frames - 1, (unsigned long long)pc, sym ? sym : "?", mname ? mname : "?");
     if (mname && mlz__match_ldso(mname)) {
         snprintf(s->why, sizeof s->why, "in the dynamic loader (%s)", sym ? sym : "ld.so");
-        s->unsafe = 1;
+        s->unsafe = s->lockish = 1;
     } else if (mname && mlz__match_payload(mname)) {
         if (s->drain_ok) return DWARF_CB_ABORT;     /* its idle loop: nothing held */
         snprintf(s->why, sizeof s->why, "in the memlyze payload (%s)", sym ? sym : "?");
@@ -144,6 +147,7 @@ static int frame_cb(Dwfl_Frame *f, void *arg)
         if (sym && name_unsafe(sym)) {
             snprintf(s->why, sizeof s->why, "in libc's %s", sym);
             s->unsafe = 1;
+            s->lockish = !(pc >= s->malloc_lo && pc < s->malloc_hi);
         } else if (pc >= s->malloc_lo && pc < s->malloc_hi) {
             snprintf(s->why, sizeof s->why, "in libc's allocator (%s)", sym ? sym : "malloc.c internals");
             s->unsafe = s->in_alloc = 1;
@@ -204,11 +208,63 @@ static int parked_in_allocator(Dwfl *d, mlz_tgroup *g, pid_t skip, char *why, si
     for (int i = 0; i < g->n; i++) {
         mlz_thread *t = &g->t[i];
         if (t->tid == skip || (t->state != MLZ_T_TRAP && t->state != MLZ_T_GROUP) || !blocked_in_syscall(t)) continue;
-        scan s = { 0, 0, 0, 0, 64, "", 0, 0 };
+        scan s;
+        memset(&s, 0, sizeof s);
+        s.max_frames = 64;
         dwfl_getthread_frames(d, t->tid, frame_cb, &s);
         if (s.in_alloc) {
             char name[64];
             snprintf(why, cap, "thread %d (%s) waits in a system call %s, holding a malloc arena lock", (int)t->tid,
+                     mlz__thread_name(g->pid, t->tid, name, sizeof name), s.why);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* What a thread holding the loader lock is doing, for the refusal: the
+ * library whose constructor it runs, when a frame below the loader's is in
+ * one ("running a constructor of libfoo.so"). */
+static int loader_frame_cb(Dwfl_Frame *f, void *arg)
+{
+    scan *s = arg;
+    Dwarf_Addr pc;
+    bool act;
+    if (!dwfl_frame_pc(f, &pc, &act) || ++s->frames > 64) return DWARF_CB_ABORT;
+    if (!act && pc) pc--;
+    Dwfl_Module *m = dwfl_addrmodule(dwfl_thread_dwfl(dwfl_frame_thread(f)), pc);
+    const char *mname = m ? dwfl_module_info(m, NULL, NULL, NULL, NULL, NULL, NULL, NULL) : NULL;
+    if (!mname) return DWARF_CB_OK;
+    if (mlz__match_ldso(mname)) { s->below_loader = 1; return DWARF_CB_ABORT; }
+    if (!mlz__match_libc(mname) && !s->module[0])
+        snprintf(s->module, sizeof s->module, "%s", strrchr(mname, '/') ? strrchr(mname, '/') + 1 : mname);
+    return DWARF_CB_OK;
+}
+
+static void name_loader_work(Dwfl *d, pid_t holder, char *why, size_t cap)
+{
+    scan s;
+    memset(&s, 0, sizeof s);
+    dwfl_getthread_frames(d, holder, loader_frame_cb, &s);
+    size_t n = strlen(why);
+    if (s.below_loader && s.module[0] && n + 40 < cap)
+        snprintf(why + n, cap - n, ", running a constructor of %s", s.module);
+}
+
+/* Without the lock layout: every thread is unwound, and one that is inside
+ * the loader or thread creation/joining may hold their locks. */
+static int lockish_thread(Dwfl *d, mlz_tgroup *g, pid_t skip, char *why, size_t cap)
+{
+    for (int i = 0; i < g->n; i++) {
+        mlz_thread *t = &g->t[i];
+        if (t->tid == skip || (t->state != MLZ_T_TRAP && t->state != MLZ_T_GROUP && t->state != MLZ_T_SIGNAL)) continue;
+        scan s;
+        memset(&s, 0, sizeof s);
+        s.max_frames = 256;
+        dwfl_getthread_frames(d, t->tid, frame_cb, &s);
+        if (s.lockish || (s.in_alloc && blocked_in_syscall(t))) {
+            char name[64];
+            snprintf(why, cap, "thread %d (%s) is %s and may hold a lock we need", (int)t->tid,
                      mlz__thread_name(g->pid, t->tid, name, sizeof name), s.why);
             return 1;
         }
@@ -239,7 +295,10 @@ static int scan_once(mlz_tgroup *g, const mlz_glibc_locks *L, pid_t *tid, char *
         mlz_thread *t = &g->t[i];
         int cand = g->want ? t->tid == g->want : candidate(t);
         if (!cand) continue;
-        scan s = { 0, 0, is_idle_drain(g->pid, t), 0, 256, "", 0, 0 };
+        scan s;
+        memset(&s, 0, sizeof s);
+        s.drain_ok = is_idle_drain(g->pid, t);
+        s.max_frames = 256;
         if (mlz__verbose > 1) mlz__note("unwinding thread %d", (int)t->tid);
         if (dwfl_getthread_frames(d, t->tid, frame_cb, &s) && mlz__verbose > 1)
             mlz__note("  unwind of %d ended: %s", (int)t->tid, dwfl_errmsg(-1));
@@ -254,8 +313,11 @@ static int scan_once(mlz_tgroup *g, const mlz_glibc_locks *L, pid_t *tid, char *
     }
     /* The locks: none may be held, by any thread, the chosen one included. */
     char lock_why[320];
-    int busy = L ? mlz__locks_busy(L, g, lock_why, sizeof lock_why) : 0;
+    pid_t holder = 0;
+    int busy = L ? mlz__locks_busy(L, g, lock_why, sizeof lock_why, &holder)
+                 : *tid && lockish_thread(d, g, *tid, lock_why, sizeof lock_why);
     if (busy == MLZ_LOCK_ARENA && !parked_in_allocator(d, g, 0, lock_why, sizeof lock_why)) busy = 0;
+    if (busy == MLZ_LOCK_LOADER && holder > 0) name_loader_work(d, holder, lock_why, sizeof lock_why);
     if (busy) {
         snprintf(last_why, cap, "%s", lock_why);
         mlz__note("not now: %s", last_why);

@@ -44,7 +44,7 @@ check "inmalloc: detach" D -q "$TP"
 finish_target single
 cleanup_state "$TP"
 
-start_target dl dlopen "$T/libslow.so"
+MLZT_CTOR_SLEEP_MS=4000 start_target dl dlopen "$T/libslow.so"
 dl=$(tid_of dl dlopen)
 clean_refusal "dlopen: borrowing the thread that lives in the loader fails cleanly" A --timeout 1000 --thread "$dl" -o "$T/dl0.mlyze" "$TP"
 # Another thread holds the loader lock all the time: no thread may be

@@ -25,17 +25,25 @@ for i in 1 2 3 4 5; do
     A -q --thread "$main" -o "$T/cw$i.mlyze" "$TP" >"$T/cw.log" 2>&1 && D -q --no-finalize --thread "$main" "$TP" >>"$T/cw.log" 2>&1 && okc=$((okc + 1))
 done
 check "ctorwait: 5 attach/detach cycles borrowing the main thread all succeed" [ "$okc" -eq 5 ]
+# The same where the lock layout is unknown: every thread is unwound instead.
+okc=0
+for i in 1 2 3; do
+    MEMLYZE_LOCKS=unwind A -q --thread "$main" -o "$T/cwu$i.mlyze" "$TP" >"$T/cwu.log" 2>&1 &&
+        MEMLYZE_LOCKS=unwind D -q --no-finalize --thread "$main" "$TP" >>"$T/cwu.log" 2>&1 && okc=$((okc + 1))
+done
+check "ctorwait: 3 cycles with unwinding alone (unknown glibc) succeed too" [ "$okc" -eq 3 ]
 finish_target cw
 cleanup_state "$TP"
 
 # 2. The loader lock is never free: refuse in time, name the holder.
-start_target dl dlopen "$T/libslow.so"
+MLZT_CTOR_SLEEP_MS=4000 start_target dl dlopen "$T/libslow.so"
 dl=$(tid_of dl dlopen)
 t0=$SECONDS
 A --timeout 1500 -o "$T/dl.mlyze" "$TP" >"$T/dl.err" 2>&1; rc=$?
 check "loader busy: attach refuses within its timeout" [ "$rc" -ne 0 ] && [ $((SECONDS - t0)) -le 8 ]
 check "loader busy: one line naming the holder thread and the lock" \
     bash -c "[ \$(wc -l <'$T/dl.err') -eq 1 ] && grep -q 'thread $dl (target) holds the dynamic loader' '$T/dl.err'"
+check "loader busy: the refusal names the library whose constructor runs" grep -q 'running a constructor of libslow.so' "$T/dl.err"
 check "loader busy: nothing was injected" bash -c "! grep -q memlyze /proc/$TP/maps"
 finish_target dl
 cleanup_state "$TP"
