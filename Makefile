@@ -80,9 +80,11 @@ $(O)/lib/libmemlyze-preload.so: $(PAYLOAD_OBJ) $(LIBGOT) $(LIBCORE) $(LIBFORMAT)
 	@mkdir -p $(@D)
 	$(PAYLOAD_LINK)
 
-$(MEMLYZE): $(READER_OBJ) $(LIBS)
+# heapdump holds the target's threads with the injector's ptrace helpers.
+MEMLYZE_INJ_OBJ := $(addprefix $(O)/injector/,ptrace.o threads.o errmsg.o)
+$(MEMLYZE): $(READER_OBJ) $(MEMLYZE_INJ_OBJ) $(LIBS)
 	@mkdir -p $(@D)
-	$(CC) $(LDFLAGS) -o $@ $(READER_OBJ) $(LIBS) $(SYSLIBS)
+	$(CC) $(LDFLAGS) -o $@ $(READER_OBJ) $(MEMLYZE_INJ_OBJ) $(LIBS) $(SYSLIBS)
 
 # The injector runs outside the target: libelf reads the target's libc,
 # libdw unwinds its stopped threads.

@@ -102,6 +102,12 @@ static void decode_entry(const struct memlyze_info *in, const uint8_t *raw, mlz_
 
 int mlz_snapshot(pid_t pid, const char *out, int compress, snapshot_stats *st, char *err, size_t errlen)
 {
+    return mlz_snapshot_meta(pid, out, compress, NULL, st, err, errlen);
+}
+
+int mlz_snapshot_meta(pid_t pid, const char *out, int compress, void *extra, snapshot_stats *st, char *err,
+                      size_t errlen)
+{
     int rc = -1;
     pm_module *mods = NULL;
     size_t nmods = 0;
@@ -266,6 +272,7 @@ int mlz_snapshot(pid_t pid, const char *out, int compress, snapshot_stats *st, c
     json_t *fns = json_object();
     json_object_set_new(fns, "0", json_string("memlyze:snapshot"));
     json_object_set_new(root, "functions", fns);
+    if (extra) json_object_update(root, (json_t *)extra);
     size_t ml;
     if (mlz_symbolized_meta(stacks, nst, rmods, nmods, root, "snapshot", &meta, &ml, err, errlen)) goto out;
 

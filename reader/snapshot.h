@@ -18,4 +18,9 @@ typedef struct snapshot_stats {
 /* 0, or -1 with a one-line reason. Never replaces an existing OUT. */
 int mlz_snapshot(pid_t pid, const char *out, int compress, snapshot_stats *st, char *err, size_t errlen);
 
+/* The same, with the keys of the jansson object `extra` added to the
+ * file's metadata (a heap dump's link to its .arc); extra may be NULL. */
+int mlz_snapshot_meta(pid_t pid, const char *out, int compress, void *extra, snapshot_stats *st, char *err,
+                      size_t errlen);
+
 #endif
