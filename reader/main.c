@@ -9,7 +9,7 @@
 static const mlz_command *const commands[] = {
     &cmd_attach, &cmd_detach, &cmd_run, &cmd_snapshot, &cmd_finalize, &cmd_top, &cmd_tree, &cmd_diff, &cmd_leaks, &cmd_temporary, &cmd_stats, &cmd_validate, &cmd_dump, &cmd_undump,
     &cmd_export, &cmd_flamegraph, &cmd_timeline,
-    &cmd_heapdump,
+    &cmd_heapdump, &cmd_leakcheck, &cmd_retainers,
 };
 #define NCOMMANDS (sizeof commands / sizeof commands[0])
 

@@ -27,8 +27,8 @@ struct cache { long hits, misses; struct entry **entries; long n, pad[4]; };   /
 
 static struct node *g_table[16];
 struct cache *g_cache;
-static char *g_mid;
-static uintptr_t g_xor;
+char *g_mid;                 /* not static: the compiler must keep the stores */
+uintptr_t g_xor;
 static int g_pipe[2];
 
 NOINLINE struct node *list_node(long key) { struct node *n = calloc(1, sizeof *n); n->key = key; return n; }
@@ -100,5 +100,7 @@ int main(void)
     }
     if (write(g_pipe[1], "x", 1) != 1) return 1;
     pthread_join(t, NULL);
+    free(g_mid - 40);
+    free((void *)(g_xor ^ 0x5a5a5a5a5a5a5a5aull));
     return 0;
 }
