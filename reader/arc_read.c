@@ -87,7 +87,7 @@ int arc_parse(arc_file *a, uint8_t *buf, size_t len, arc_error *e)
     memset(e, 0, sizeof *e);
     a->buf = buf;
     a->len = len;
-    int bad = 0;
+    int bad = 0, cut = 0;
     size_t nd = 0, cd = 1024, cap = 1024;
     decl *d = malloc(cd * sizeof *d);
     a->objs = malloc(cap * sizeof *a->objs);
@@ -96,7 +96,7 @@ int arc_parse(arc_file *a, uint8_t *buf, size_t len, arc_error *e)
     /* Pass 1: the headers, one element after the other. */
     size_t pos = 0;
     while (pos < len) {
-        if (len - pos < 8) { fail(e, &bad, pos, "truncated", "%zu bytes left, a header needs 8", len - pos); break; }
+        if (len - pos < 8) { fail(e, &bad, pos, "truncated", "%zu bytes left, a header needs 8", len - pos); cut = 1; break; }
         uint64_t p = rd64(buf + pos);
         uint64_t low = p & ((1ull << 48) - 1);
         unsigned c = (unsigned)(p >> 37) & 31;
@@ -116,13 +116,13 @@ int arc_parse(arc_file *a, uint8_t *buf, size_t len, arc_error *e)
             cd *= 2;
         }
         d[nd++] = (decl){ id, size, pos, fwd };
-        if (nd == 1) a->root = 0;
         pos += 8;
         if (fwd) continue;
         uint64_t nb = ARC_BITMAP_BYTES(size);
         if (len - pos < nb || len - pos - nb < size) {
             fail(e, &bad, pos - 8, "truncated", "a %llu-byte object needs %llu more bytes, %zu left",
                  (unsigned long long)size, (unsigned long long)(nb + size), len - pos);
+            cut = 1;
             break;
         }
         uint64_t words = size / 8;
@@ -139,7 +139,7 @@ int arc_parse(arc_file *a, uint8_t *buf, size_t len, arc_error *e)
         pos += nb + size;
     }
     if (nd == 0) { fail(e, &bad, 0, "empty", "no element: a stream starts with its root object"); goto out; }
-    if (bad && e->offset < pos && !strcmp(e->rule, "truncated")) goto out;
+    if (cut) goto out;   /* nothing after a cut can be checked */
 
     /* Pass 2: ranges in id order. Equal (id, size) pairs are one object's
      * declarations; anything else sharing bytes overlaps. */
