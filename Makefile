@@ -129,13 +129,24 @@ $(FUZZ_BIN): tests/fuzz/fuzz_reader.c $(wildcard format/*.c) $(wildcard format/*
 	@mkdir -p $(@D)
 	clang -std=c11 -g -O1 -D_GNU_SOURCE -Iformat -fsanitize=fuzzer,address,undefined \
 	    -o $@ tests/fuzz/fuzz_reader.c $(wildcard format/*.c) -ljansson -llz4
-# Seeds are kept as dump text (reviewable) and turned into binaries here.
-fuzz: $(FUZZ_BIN) $(MEMLYZE)
-	@rm -rf build/fuzz/seeds && mkdir -p build/fuzz/corpus build/fuzz/seeds
+# The .arc reader (heap dumps) has its own target.
+FUZZ_ARC_BIN := build/fuzz/fuzz_arc
+$(FUZZ_ARC_BIN): tests/fuzz/fuzz_arc.c reader/arc_read.c reader/arc.h
+	@mkdir -p $(@D)
+	clang -std=c11 -g -O1 -D_GNU_SOURCE -Ireader -fsanitize=fuzzer,address,undefined \
+	    -o $@ tests/fuzz/fuzz_arc.c reader/arc_read.c
+# Seeds are kept as dump text (reviewable) and turned into binaries here;
+# the .arc seeds are the hand-made rule cases. FUZZ_SECONDS is shared: four
+# fifths for the .mlyze reader, one fifth for the .arc reader.
+fuzz: $(FUZZ_BIN) $(FUZZ_ARC_BIN) $(MEMLYZE)
+	@rm -rf build/fuzz/seeds build/fuzz/arc-seeds && mkdir -p build/fuzz/corpus build/fuzz/seeds build/fuzz/arc-corpus
 	@for s in tests/fuzz/seeds/*.txt; do \
 	    $(MEMLYZE) undump -o build/fuzz/seeds/$$(basename $$s .txt).mlyze $$s || exit 1; done
-	$(FUZZ_BIN) -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -timeout=10 -print_final_stats=1 \
+	@python3 tests/arc/make_cases.py build/fuzz/arc-seeds > /dev/null
+	$(FUZZ_BIN) -max_total_time=$$(( $(FUZZ_SECONDS) * 4 / 5 )) -max_len=65536 -timeout=10 -print_final_stats=1 \
 	    build/fuzz/corpus build/fuzz/seeds
+	$(FUZZ_ARC_BIN) -max_total_time=$$(( ($(FUZZ_SECONDS) + 4) / 5 )) -max_len=65536 -timeout=10 -print_final_stats=1 \
+	    build/fuzz/arc-corpus build/fuzz/arc-seeds
 
 # Each prints its figures against a baseline measured in the same run.
 bench: all
