@@ -155,6 +155,7 @@ bench: all
 	$(O)/bench/bench_gotpatch
 	bench/bench_payload.sh
 	bench/bench_snapshot.sh
+	nice -n 5 bench/bench_heapdump.sh
 	bench/bench_attach.sh
 
 deps:

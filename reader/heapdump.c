@@ -10,12 +10,14 @@
  * each thread its stack from the stack pointer (less the 128-byte red zone)
  * to the top of its mapping, its general registers, and the 64 KiB below
  * its thread pointer (static TLS; other threads have it in their stacks).
+ * The list of live objects arrives from the snapshot code (its `seen` step).
  *
  * Consistency: every thread is stopped (injector/threads.c: PTRACE_SEIZE +
  * INTERRUPT, given back as they were) from before the registers are read
  * until the last object's bytes are copied, so registers, stacks, the heap
  * map and the objects are one moment of the program. The pause is
- * measured. Writing the .arc happens after the threads run again.
+ * measured. Symbolizing the sites (the .mlyze) and writing the .arc happen
+ * after the threads run again (snapshot.c calls copy_objects in between).
  *
  * In the .arc (seed 003) the stream is: forward declarations of the root
  * object, of every root piece and every heap object; then the root object
@@ -210,6 +212,44 @@ static int put_item(FILE *f, const item *o, const addr_index *x, uint8_t *scratc
     return arc_put_object(f, o->id, o->size, bitmap, scratch);
 }
 
+/* The snapshot's `seen` step: every listed object's bytes, copied while
+ * the threads are still held; then they run again. */
+typedef struct copy_job {
+    pid_t pid;
+    mlz_tgroup *g;
+    item *heap;
+    size_t n;
+    uint8_t *buf;
+    uint64_t bytes;
+    size_t unreadable;
+    int held;
+} copy_job;
+
+static int copy_objects(const snap_obj *v, size_t n, void *arg, char *err, size_t errlen)
+{
+    copy_job *j = arg;
+    uint64_t total = 0;
+    j->heap = malloc((n ? n : 1) * sizeof *j->heap);
+    if (!j->heap) return herr(err, errlen, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        uint64_t size = v[i].size ? v[i].size : 1;    /* .arc has no empty objects */
+        if (size > ARC_MAX_SIZE)
+            return herr(err, errlen, "an object of %llu bytes is beyond .arc's 64 GiB", (unsigned long long)size);
+        j->heap[i] = (item){ v[i].addr, size, 0, NULL };
+        total += size;
+    }
+    j->n = n;
+    j->buf = malloc(total ? total : 1);
+    if (!j->buf) return herr(err, errlen, "out of memory for %llu bytes of heap", (unsigned long long)total);
+    uint8_t *p = j->buf;
+    for (size_t i = 0; i < n; i++) { j->heap[i].data = p; p += j->heap[i].size; }
+    j->unreadable = read_items(j->pid, j->heap, n);
+    j->bytes = total;
+    mlz__threads_detach_all(j->g, 0);
+    j->held = 0;
+    return 0;
+}
+
 static json_t *root_json(const char *kind, pid_t tid, uint64_t addr, uint64_t size)
 {
     json_t *r = json_object();
@@ -224,7 +264,7 @@ int hd_dump(pid_t pid, const char *arc_path, const char *mlyze_path, hd_stats *s
 {
     int rc = -1, stopped = 0, wrote_mlyze = 0;
     pm_module *mods = NULL;
-    size_t nmods = 0, np = 0, cp = 0, nmaps = 0, nheap = 0, hcap = 0;
+    size_t nmods = 0, np = 0, cp = 0, nmaps = 0, nheap = 0;
     pm_piece *pieces = NULL;
     range *maps = NULL;
     item *roots = NULL, *heap = NULL;
@@ -314,56 +354,33 @@ int hd_dump(pid_t pid, const char *arc_path, const char *mlyze_path, hd_stats *s
     json_object_set_new(hd, "arc", json_string(base ? base + 1 : arc_path));
     json_object_set(hd, "roots", jroots);
     json_object_set_new(extra, "heapdump", hd);
-    snapshot_stats ss;
-    if (mlz_snapshot_meta(pid, mlyze_path, 0, extra, &ss, err, errlen)) goto out;
-    wrote_mlyze = 1;
-    st->skipped = ss.skipped;
-    mlz_error me = { 0 };
-    mlz_reader *r = mlz_reader_open(mlyze_path, 0, &me);
-    if (!r) { herr(err, errlen, "%s: %s", mlyze_path, me.msg); goto out; }
-    mlz_event ev;
-    int n;
-    uint64_t total = 0;
-    while ((n = mlz_reader_next(r, &ev, &me)) == 1) {
-        if (ev.type != MLZ_EV_ALLOC) continue;
-        if (nheap == hcap) {
-            hcap = hcap ? hcap * 2 : 4096;
-            item *nv = realloc(heap, hcap * sizeof *nv);
-            if (!nv) { mlz_reader_close(r); herr(err, errlen, "out of memory"); goto out; }
-            heap = nv;
-        }
-        uint64_t size = ev.size ? ev.size : 1;
-        if (size > ARC_MAX_SIZE) { mlz_reader_close(r); herr(err, errlen, "an object of %llu bytes is beyond .arc's 64 GiB", (unsigned long long)size); goto out; }
-        heap[nheap++] = (item){ ev.addr, size, 0, NULL };
-        total += size;
-    }
-    mlz_reader_close(r);
-    if (n < 0) { herr(err, errlen, "%s: %s", mlyze_path, me.msg); goto out; }
-
-    /* Copy every byte while the threads are still held. */
+    /* The root pieces' bytes, then the snapshot, whose `seen` step copies
+     * the objects and lets the threads go before it symbolizes. */
     uint64_t rtotal = 0;
     for (size_t i = 0; i < nroots; i++) rtotal += roots[i].data ? 0 : roots[i].size;
     rootbuf = malloc(rtotal ? rtotal : 1);
-    heapbuf = malloc(total ? total : 1);
-    if (!rootbuf || !heapbuf) { herr(err, errlen, "out of memory for %llu bytes of heap", (unsigned long long)total); goto out; }
+    if (!rootbuf) { herr(err, errlen, "out of memory"); goto out; }
     uint8_t *p = rootbuf;
     for (size_t i = 0; i < nroots; i++)
-        if (!roots[i].data) { roots[i].data = p; p += roots[i].size; }
-    p = heapbuf;
-    for (size_t i = 0; i < nheap; i++) { heap[i].data = p; p += heap[i].size; }
-    size_t rbad = 0;
-    for (size_t i = 0; i < nroots; i++)   /* registers are already here */
-        if (roots[i].addr && pm_read(pid, roots[i].addr, roots[i].data, roots[i].size)) {
-            memset(roots[i].data, 0, roots[i].size);
-            rbad++;
+        if (!roots[i].data) {   /* registers are already here */
+            roots[i].data = p;
+            p += roots[i].size;
+            if (pm_read(pid, roots[i].addr, roots[i].data, roots[i].size)) memset(roots[i].data, 0, roots[i].size);
         }
-    st->unreadable = read_items(pid, heap, nheap);
-    mlz__threads_detach_all(&g, 0);
-    stopped = 0;
+    copy_job job = { pid, &g, NULL, 0, NULL, 0, 0, 1 };
+    snapshot_stats ss;
+    int src = mlz_snapshot_meta(pid, mlyze_path, 0, extra, copy_objects, &job, &ss, err, errlen);
+    heap = job.heap;
+    nheap = job.n;
+    heapbuf = job.buf;
+    stopped = job.held;
+    if (src) goto out;
+    wrote_mlyze = 1;
+    st->skipped = ss.skipped;
+    st->unreadable = job.unreadable;
     st->pause_us = g.paused_us;
     st->objects = nheap;
-    st->bytes = total;
-    (void)rbad;
+    st->bytes = job.bytes;
 
     /* Ids: the root object, the root pieces, the heap objects. */
     arc_ids ids;

@@ -57,12 +57,6 @@ static const pm_module *find_payload(const pm_module *m, size_t n)
  * it is ~10x faster than qsort over the 64-byte entries. */
 typedef struct { uint64_t t; uint32_t i; } tkey;
 
-/* What a snapshot keeps of each consistent entry. */
-typedef struct snap_obj {
-    uint64_t addr, size, time_ns;
-    uint32_t stack_id, tid;
-} snap_obj;
-
 static int sort_by_time(snap_obj *v, size_t n)
 {
     tkey *a = malloc(n * sizeof *a), *b = malloc(n * sizeof *b);
@@ -102,11 +96,11 @@ static void decode_entry(const struct memlyze_info *in, const uint8_t *raw, mlz_
 
 int mlz_snapshot(pid_t pid, const char *out, int compress, snapshot_stats *st, char *err, size_t errlen)
 {
-    return mlz_snapshot_meta(pid, out, compress, NULL, st, err, errlen);
+    return mlz_snapshot_meta(pid, out, compress, NULL, NULL, NULL, st, err, errlen);
 }
 
-int mlz_snapshot_meta(pid_t pid, const char *out, int compress, void *extra, snapshot_stats *st, char *err,
-                      size_t errlen)
+int mlz_snapshot_meta(pid_t pid, const char *out, int compress, void *extra, snapshot_seen_fn seen, void *seen_arg,
+                      snapshot_stats *st, char *err, size_t errlen)
 {
     int rc = -1;
     pm_module *mods = NULL;
@@ -238,6 +232,7 @@ int mlz_snapshot_meta(pid_t pid, const char *out, int compress, void *extra, sna
         slot_of[id] = (uint32_t)++nst;
     }
     free(slot_of);
+    if (seen && seen(live, nlive, seen_arg, err, errlen)) goto out;
 
     rmods = calloc(nmods ? nmods : 1, sizeof *rmods);
     if (!rmods) { serr(err, errlen, "out of memory"); goto out; }
