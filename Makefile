@@ -108,6 +108,11 @@ $(O)/bench/%: $(O)/bench/%.o $(LIBS)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $< $(LIBS) $(SYSLIBS)
 
+# test_arc checks the .arc reader and writer of reader/.
+$(O)/tests/test_arc: $(O)/tests/unit/test_arc.o $(O)/reader/arc_read.o $(O)/reader/arc_write.o
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $^
+
 unit-bins: $(UNIT_BIN) $(MEMLYZE) $(ATTACH) $(DETACH)
 
 # Lock-free structures get a ThreadSanitizer build of their own tests.
