@@ -16,7 +16,8 @@
  * INTERRUPT, given back as they were) from before the registers are read
  * until the last object's bytes are copied, so registers, stacks, the heap
  * map and the objects are one moment of the program. The pause is
- * measured. Symbolizing the sites (the .mlyze) and writing the .arc happen
+ * measured. HD_SHORT_PAUSE lets the threads go once the roots are read:
+ * a short pause, but the heap is then read while it changes. Symbolizing the sites (the .mlyze) and writing the .arc happen
  * after the threads run again (snapshot.c calls copy_objects in between).
  *
  * In the .arc (seed 003) the stream is: forward declarations of the root
@@ -245,7 +246,7 @@ static int copy_objects(const snap_obj *v, size_t n, void *arg, char *err, size_
     for (size_t i = 0; i < n; i++) { j->heap[i].data = p; p += j->heap[i].size; }
     j->unreadable = read_items(j->pid, j->heap, n);
     j->bytes = total;
-    mlz__threads_detach_all(j->g, 0);
+    if (j->held) mlz__threads_detach_all(j->g, 0);
     j->held = 0;
     return 0;
 }
@@ -260,7 +261,7 @@ static json_t *root_json(const char *kind, pid_t tid, uint64_t addr, uint64_t si
     return r;
 }
 
-int hd_dump(pid_t pid, const char *arc_path, const char *mlyze_path, hd_stats *st, char *err, size_t errlen)
+int hd_dump(pid_t pid, const char *arc_path, const char *mlyze_path, int flags, hd_stats *st, char *err, size_t errlen)
 {
     int rc = -1, stopped = 0, wrote_mlyze = 0;
     pm_module *mods = NULL;
@@ -367,7 +368,11 @@ int hd_dump(pid_t pid, const char *arc_path, const char *mlyze_path, hd_stats *s
             p += roots[i].size;
             if (pm_read(pid, roots[i].addr, roots[i].data, roots[i].size)) memset(roots[i].data, 0, roots[i].size);
         }
-    copy_job job = { pid, &g, NULL, 0, NULL, 0, 0, 1 };
+    if (flags & HD_SHORT_PAUSE) {   /* the heap is read while the program runs */
+        mlz__threads_detach_all(&g, 0);
+        stopped = 0;
+    }
+    copy_job job = { pid, &g, NULL, 0, NULL, 0, 0, stopped };
     snapshot_stats ss;
     int src = mlz_snapshot_meta(pid, mlyze_path, 0, extra, copy_objects, &job, &ss, err, errlen);
     heap = job.heap;

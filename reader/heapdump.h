@@ -21,9 +21,14 @@ typedef struct hd_stats {
     uint64_t id;              /* the dump id both files carry */
 } hd_stats;
 
+/* Stop the threads only while the roots (registers, stacks, globals) are
+ * read; the heap map and the objects are then read while the program runs. */
+#define HD_SHORT_PAUSE 1
+
 /* Writes arc_path and mlyze_path (neither may exist yet); on failure
  * neither is left behind. 0, or -1 with a one-line reason in err. */
-int hd_dump(pid_t pid, const char *arc_path, const char *mlyze_path, hd_stats *st, char *err, size_t errlen);
+int hd_dump(pid_t pid, const char *arc_path, const char *mlyze_path, int flags, hd_stats *st, char *err,
+            size_t errlen);
 
 /* X.arc -> X.mlyze (the snapshot beside a dump); 0, or -1 if the name is
  * too long. */

@@ -194,7 +194,7 @@ int hg_load(heapgraph *g, const char *what, char *err, size_t errlen)
     snprintf(arc, sizeof arc, "%s/dump.arc", dir);
     snprintf(side, sizeof side, "%s/dump.mlyze", dir);
     hd_stats st;
-    int rc = hd_dump((pid_t)pid, arc, side, &st, err, errlen);
+    int rc = hd_dump((pid_t)pid, arc, side, 0, &st, err, errlen);
     if (!rc) rc = load_pair(g, arc, err, errlen);
     unlink(arc);
     unlink(side);

@@ -77,6 +77,11 @@ ntmp=$(ls -d "${TMPDIR:-/tmp}"/memlyze-heapdump.* 2>/dev/null | wc -l)
 check "leakcheck PID: still exactly the 3 leaked objects" grep -q 'definitely leaked: 3 objects, 240 B in 2 sites' "$T/leak2.txt"
 check "leakcheck PID leaves no temporary files" test "$(ls -d "${TMPDIR:-/tmp}"/memlyze-heapdump.* 2>/dev/null | wc -l)" = "$ntmp"
 
+# --short-pause: the heap read while the (idle) program runs: same verdict.
+out=$("$MEMLYZE" heapdump --short-pause -o "$T/sp.arc" "$GPID" 2>&1)
+check "heapdump --short-pause: valid dump" "$MEMLYZE" validate "$T/sp.arc"
+check "heapdump --short-pause: same 3 leaked objects" bash -c "'$MEMLYZE' leakcheck '$T/sp.arc' | grep -q 'definitely leaked: 3 objects, 240 B in 2 sites'"
+
 # Two dumps do not mix: a snapshot from another dump is refused.
 "$MEMLYZE" heapdump -q -o "$T/d2.arc" "$GPID"
 cp "$T/d2.mlyze" "$T/mix.mlyze"; cp "$T/d1.arc" "$T/mix.arc"
