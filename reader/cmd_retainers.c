@@ -59,9 +59,7 @@ static int run(int argc, char **argv)
             continue;
         bytes += nd->size;
         if (g.parent[i] == UINT32_MAX) { leaked++; continue; }
-        uint32_t d = 0;
-        for (uint32_t v = (uint32_t)i; v != g.root; v = g.parent[v]) d++;
-        h[nh++] = (hit){ (uint32_t)i, d };
+        h[nh++] = (hit){ (uint32_t)i, g.depth[i] };
     }
     if (!nh && !leaked) {
         free(h);

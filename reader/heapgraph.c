@@ -213,6 +213,7 @@ void hg_free(heapgraph *g)
     free(g->at);
     free(g->parent);
     free(g->parent_at);
+    free(g->depth);
     free(g->idom);
     free(g->retained);
     free(g->retained_objs);
@@ -225,7 +226,8 @@ int hg_reach(heapgraph *g)
     uint32_t *q = malloc((g->n + 1) * sizeof *q);
     g->parent = malloc((g->n + 1) * sizeof *g->parent);
     g->parent_at = malloc((g->n + 1) * sizeof *g->parent_at);
-    if (!q || !g->parent || !g->parent_at) { free(q); return -1; }
+    g->depth = calloc(g->n + 1, sizeof *g->depth);
+    if (!q || !g->parent || !g->parent_at || !g->depth) { free(q); return -1; }
     for (size_t i = 0; i < g->n; i++) g->parent[i] = NONE;
     size_t h = 0, t = 0;
     q[t++] = g->root;
@@ -236,6 +238,7 @@ int hg_reach(heapgraph *g)
             if (g->parent[g->to[e]] == NONE) {
                 g->parent[g->to[e]] = v;
                 g->parent_at[g->to[e]] = g->at[e];
+                g->depth[g->to[e]] = g->depth[v] + 1;
                 q[t++] = g->to[e];
             }
     }

@@ -40,6 +40,7 @@ typedef struct heapgraph {
     size_t nedges;
     /* After hg_reach: shortest-chain parents (UINT32_MAX: unreachable). */
     uint32_t *parent, *parent_at;
+    uint32_t *depth;              /* pointers from the root (the root: 0) */
     size_t reachable;
     /* After hg_dominators: immediate dominators and retained heap bytes. */
     uint32_t *idom;

@@ -101,6 +101,25 @@ check "sampled refusal leaves no file" bash -c "! test -e '$T/s.arc' && ! test -
 exec {GIN}>&-
 wait "$RUNPID"
 
+# ---- attached with memlyze-attach -r 1: objects born since attaching
+mkfifo "$T/in.att"
+"$T/graph" < "$T/in.att" > "$T/out.att" 2>&1 &
+APID=$!
+exec {AIN}>"$T/in.att"
+for _ in $(seq 100); do grep -q ready "$T/out.att" 2>/dev/null && break; sleep 0.05; done
+if timeout 60 "$B/bin/memlyze-attach" -q -r 1 -o "$T/att.mlyze" "$APID" > "$T/att.log" 2>&1; then
+    for _ in $(seq 5); do echo grow >&$AIN; done
+    for _ in $(seq 100); do grep -q 'ok 205' "$T/out.att" && break; sleep 0.05; done
+    check "attached -r 1: heapdump" "$MEMLYZE" heapdump -q -o "$T/attdump.arc" "$APID"
+    "$MEMLYZE" top --retained "$T/attdump.arc" > "$T/att.txt" 2>&1
+    check "attached: g_table retains the 5 nodes born since (240 B)" grep -Eq '^ +[0-9]+ +240 .* 5  global  g_table \(graph.c\)$' "$T/att.txt"
+    check "attached: detach" timeout 60 "$B/bin/memlyze-detach" -q "$APID"
+else
+    fail "memlyze-attach -r 1" "$(head -c 300 "$T/att.log")"
+fi
+exec {AIN}>&-
+wait "$APID"
+
 # ---- usage and errors
 for c in heapdump leakcheck retainers; do
     check "$c --help" bash -c "'$MEMLYZE' $c --help | grep -q usage"
