@@ -141,8 +141,9 @@ typedef struct item {
 } item;
 
 /* Copies items' bytes with process_vm_readv, up to 1024 at a time; an item
- * a batch could not fully read is read alone, and zeroed if that fails. */
-static size_t read_items(pid_t pid, item *it, size_t n)
+ * a batch could not fully read is read alone, and zeroed (and marked in
+ * failed, if given) when that fails too. Returns how many failed. */
+static size_t read_items(pid_t pid, item *it, size_t n, uint8_t *failed)
 {
     size_t bad = 0;
     struct iovec lo[1024], re[1024];
@@ -158,6 +159,7 @@ static size_t read_items(pid_t pid, item *it, size_t n)
             for (size_t j = 0; j < k; j++)
                 if (pm_read(pid, it[i + j].addr, it[i + j].data, it[i + j].size)) {
                     memset(it[i + j].data, 0, it[i + j].size);
+                    if (failed) failed[i + j] = 1;
                     bad++;
                 }
         }
@@ -221,10 +223,55 @@ typedef struct copy_job {
     item *heap;
     size_t n;
     uint8_t *buf;
+    uint32_t *order;          /* heap indices by address */
     uint64_t bytes;
     size_t unreadable;
     int held;
 } copy_job;
+
+/* Objects lie mostly side by side: one read per run of neighbours (gaps of
+ * chunk headers included) costs far less than one iovec per object, whose
+ * pages the kernel would pin one by one. Each object's data points into its
+ * run's copy. */
+#define RUN_GAP  4096
+#define RUN_MAX  (4u << 20)
+static int read_runs(copy_job *j)
+{
+    size_t nr = 0;
+    item *runs = malloc((j->n ? j->n : 1) * sizeof *runs);
+    uint32_t *run_of = malloc((j->n ? j->n : 1) * sizeof *run_of);
+    if (!runs || !run_of) { free(runs); free(run_of); return -1; }
+    uint64_t total = 0;
+    for (size_t k = 0; k < j->n; k++) {
+        const item *o = &j->heap[j->order[k]];
+        item *r = nr ? &runs[nr - 1] : NULL;
+        if (r && o->addr >= r->addr && o->addr <= r->addr + r->size + RUN_GAP && r->size + o->size <= RUN_MAX) {
+            uint64_t end = o->addr + o->size;
+            if (end > r->addr + r->size) { total += end - (r->addr + r->size); r->size = end - r->addr; }
+        } else {
+            runs[nr++] = (item){ o->addr, o->size, 0, NULL };
+            total += o->size;
+        }
+        run_of[k] = (uint32_t)(nr - 1);
+    }
+    j->buf = malloc(total ? total : 1);
+    uint8_t *failed = calloc(nr ? nr : 1, 1);
+    if (!j->buf || !failed) { free(runs); free(run_of); free(failed); return -1; }
+    uint8_t *p = j->buf;
+    for (size_t r = 0; r < nr; r++) { runs[r].data = p; p += runs[r].size; }
+    for (size_t k = 0; k < j->n; k++) {
+        item *o = &j->heap[j->order[k]];
+        o->data = runs[run_of[k]].data + (o->addr - runs[run_of[k]].addr);
+    }
+    /* A run across an unmapped hole fails as a whole: read its objects alone. */
+    if (read_items(j->pid, runs, nr, failed))
+        for (size_t k = 0; k < j->n; k++)
+            if (failed[run_of[k]]) j->unreadable += read_items(j->pid, &j->heap[j->order[k]], 1, NULL);
+    free(runs);
+    free(run_of);
+    free(failed);
+    return 0;
+}
 
 static int copy_objects(const snap_obj *v, size_t n, void *arg, char *err, size_t errlen)
 {
@@ -240,12 +287,13 @@ static int copy_objects(const snap_obj *v, size_t n, void *arg, char *err, size_
         total += size;
     }
     j->n = n;
-    j->buf = malloc(total ? total : 1);
-    if (!j->buf) return herr(err, errlen, "out of memory for %llu bytes of heap", (unsigned long long)total);
-    uint8_t *p = j->buf;
-    for (size_t i = 0; i < n; i++) { j->heap[i].data = p; p += j->heap[i].size; }
-    j->unreadable = read_items(j->pid, j->heap, n);
     j->bytes = total;
+    j->order = malloc((n ? n : 1) * sizeof *j->order);
+    if (!j->order) return herr(err, errlen, "out of memory");
+    for (size_t i = 0; i < n; i++) j->order[i] = (uint32_t)i;
+    heap_items = j->heap;
+    qsort(j->order, n, sizeof *j->order, by_heap_addr);
+    if (read_runs(j)) return herr(err, errlen, "out of memory for %llu bytes of heap", (unsigned long long)total);
     if (j->held) mlz__threads_detach_all(j->g, 0);
     j->held = 0;
     return 0;
@@ -372,12 +420,13 @@ int hd_dump(pid_t pid, const char *arc_path, const char *mlyze_path, int flags, 
         mlz__threads_detach_all(&g, 0);
         stopped = 0;
     }
-    copy_job job = { pid, &g, NULL, 0, NULL, 0, 0, stopped };
+    copy_job job = { pid, &g, NULL, 0, NULL, NULL, 0, 0, stopped };
     snapshot_stats ss;
     int src = mlz_snapshot_meta(pid, mlyze_path, 0, extra, copy_objects, &job, &ss, err, errlen);
     heap = job.heap;
     nheap = job.n;
     heapbuf = job.buf;
+    order = job.order;
     stopped = job.held;
     if (src) goto out;
     wrote_mlyze = 1;
@@ -401,13 +450,9 @@ int hd_dump(pid_t pid, const char *arc_path, const char *mlyze_path, int flags, 
         if (!heap[i].id) { herr(err, errlen, "too many objects of one size class for .arc"); goto out; }
         if (heap[i].size > maxsz) maxsz = heap[i].size;
     }
-    order = malloc((nheap ? nheap : 1) * sizeof *order);
     scratch = malloc(maxsz);
     bitmap = malloc(ARC_BITMAP_BYTES(maxsz) + 1);
-    if (!order || !scratch || !bitmap) { herr(err, errlen, "out of memory"); goto out; }
-    for (size_t i = 0; i < nheap; i++) order[i] = (uint32_t)i;
-    heap_items = heap;
-    qsort(order, nheap, sizeof *order, by_heap_addr);
+    if (!scratch || !bitmap) { herr(err, errlen, "out of memory"); goto out; }
     addr_index x = { heap, order, nheap, nheap ? heap[order[0]].addr : 1, 0 };
     for (size_t i = 0; i < nheap; i++)
         if (heap[i].addr + heap[i].size > x.hi) x.hi = heap[i].addr + heap[i].size;
