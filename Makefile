@@ -91,9 +91,11 @@ $(O)/lib/libmemlyze-preload.so: $(PAYLOAD_OBJ) $(LIBGOT) $(LIBCORE) $(LIBFORMAT)
 	@mkdir -p $(@D)
 	$(PAYLOAD_LINK)
 
-$(MEMLYZE): $(READER_OBJ) $(LIBS)
+# heapdump holds the target's threads with the injector's ptrace helpers.
+MEMLYZE_INJ_OBJ := $(addprefix $(O)/injector/,ptrace.o threads.o errmsg.o)
+$(MEMLYZE): $(READER_OBJ) $(MEMLYZE_INJ_OBJ) $(LIBS)
 	@mkdir -p $(@D)
-	$(CC) $(LDFLAGS) -o $@ $(READER_OBJ) $(LIBS) $(SYSLIBS)
+	$(CC) $(LDFLAGS) -o $@ $(READER_OBJ) $(MEMLYZE_INJ_OBJ) $(LIBS) $(SYSLIBS)
 
 # The injector runs outside the target: libelf reads the target's libc,
 # libdw unwinds its stopped threads.
@@ -120,6 +122,11 @@ $(PROG_BIN): $(O)/tests/%: $(O)/tests/gotpatch/%.o $(LIBS)
 $(O)/bench/%: $(O)/bench/%.o $(LIBS)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $< $(LIBS) $(SYSLIBS)
+
+# test_arc checks the .arc reader and writer of reader/.
+$(O)/tests/test_arc: $(O)/tests/unit/test_arc.o $(O)/reader/arc_read.o $(O)/reader/arc_write.o
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $^
 
 unit-bins: $(UNIT_BIN) $(PROG_BIN) $(MEMLYZE) $(ATTACH) $(DETACH)
 
@@ -150,11 +157,18 @@ $(FUZZ_IMP_BIN): tests/fuzz/fuzz_import.c $(FUZZ_IMP_SRC) $(wildcard format/*.c)
 	@mkdir -p $(@D)
 	clang -std=c11 -g -O1 -D_GNU_SOURCE -Iformat -Icore -Ireader -fsanitize=fuzzer,address,undefined \
 	    -o $@ tests/fuzz/fuzz_import.c $(FUZZ_IMP_SRC) $(wildcard format/*.c) -ljansson -llz4 -lzstd -lz
-# Seeds are kept as dump text (reviewable) and turned into binaries here.
-# FUZZ_SECONDS is shared: two thirds for the .mlyze reader, one third for
-# the importers.
-fuzz: $(FUZZ_BIN) $(FUZZ_IMP_BIN) $(MEMLYZE)
-	@rm -rf build/fuzz/seeds build/fuzz/imp-seeds && mkdir -p build/fuzz/corpus build/fuzz/seeds build/fuzz/imp-corpus build/fuzz/imp-seeds
+# The .arc reader (heap dumps) has its own target.
+FUZZ_ARC_BIN := build/fuzz/fuzz_arc
+$(FUZZ_ARC_BIN): tests/fuzz/fuzz_arc.c reader/arc_read.c reader/arc.h
+	@mkdir -p $(@D)
+	clang -std=c11 -g -O1 -D_GNU_SOURCE -Ireader -fsanitize=fuzzer,address,undefined \
+	    -o $@ tests/fuzz/fuzz_arc.c reader/arc_read.c
+# Seeds are kept as dump text (reviewable) and turned into binaries here;
+# the .arc seeds are the hand-made rule cases. FUZZ_SECONDS is shared: half
+# for the .mlyze reader, a quarter each for the importers and the .arc reader.
+fuzz: $(FUZZ_BIN) $(FUZZ_IMP_BIN) $(FUZZ_ARC_BIN) $(MEMLYZE)
+	@rm -rf build/fuzz/seeds build/fuzz/imp-seeds build/fuzz/arc-seeds && mkdir -p build/fuzz/corpus build/fuzz/seeds \
+	    build/fuzz/imp-corpus build/fuzz/imp-seeds build/fuzz/arc-corpus
 	@for s in tests/fuzz/seeds/*.txt; do \
 	    $(MEMLYZE) undump -o build/fuzz/seeds/$$(basename $$s .txt).mlyze $$s || exit 1; done
 	@$(MEMLYZE) undump -o build/fuzz/imp-seeds/fixture.mlyze tests/e2e/reports/fixture.dump
@@ -162,10 +176,13 @@ fuzz: $(FUZZ_BIN) $(FUZZ_IMP_BIN) $(MEMLYZE)
 	@$(MEMLYZE) export --format heaptrack -o build/fuzz/imp-seeds/fixture.heaptrack build/fuzz/imp-seeds/fixture.mlyze
 	@rm build/fuzz/imp-seeds/fixture.mlyze*
 	@for k in odd past-end pcal-past-record; do python3 tests/e2e/interop/dumpalloc.py make $$k build/fuzz/imp-seeds/$$k.da || exit 1; done
-	$(FUZZ_BIN) -max_total_time=$$(( $(FUZZ_SECONDS) - $(FUZZ_SECONDS) / 3 )) -max_len=65536 -timeout=10 -print_final_stats=1 \
+	@python3 tests/arc/make_cases.py build/fuzz/arc-seeds > /dev/null
+	$(FUZZ_BIN) -max_total_time=$$(( $(FUZZ_SECONDS) / 2 )) -max_len=65536 -timeout=10 -print_final_stats=1 \
 	    build/fuzz/corpus build/fuzz/seeds
-	$(FUZZ_IMP_BIN) -max_total_time=$$(( $(FUZZ_SECONDS) / 3 )) -max_len=65536 -timeout=10 -print_final_stats=1 \
+	$(FUZZ_IMP_BIN) -max_total_time=$$(( ($(FUZZ_SECONDS) + 3) / 4 )) -max_len=65536 -timeout=10 -print_final_stats=1 \
 	    build/fuzz/imp-corpus build/fuzz/imp-seeds
+	$(FUZZ_ARC_BIN) -max_total_time=$$(( ($(FUZZ_SECONDS) + 3) / 4 )) -max_len=65536 -timeout=10 -print_final_stats=1 \
+	    build/fuzz/arc-corpus build/fuzz/arc-seeds
 
 # Each prints its figures against a baseline measured in the same run.
 bench: all
@@ -174,6 +191,7 @@ bench: all
 	$(O)/bench/bench_gotpatch
 	bench/bench_payload.sh
 	bench/bench_snapshot.sh
+	nice -n 5 bench/bench_heapdump.sh
 	bench/bench_attach.sh
 
 # Long runs, not in CI: thousands of attach/detach cycles, hundreds of kills.

@@ -99,6 +99,8 @@ int  mlz__threads_run(mlz_tgroup *g, int ms);                   /* let them run,
 void mlz__threads_detach_all(mlz_tgroup *g, pid_t keep);        /* every thread but `keep` */
 int  mlz__threads_detach_one(mlz_tgroup *g, pid_t tid);
 mlz_thread *mlz__threads_find(mlz_tgroup *g, pid_t tid);
+/* The thread's name (comm), "?" if gone. */
+const char *mlz__thread_name(pid_t pid, pid_t tid, char *buf, size_t cap);
 void mlz__threads_free(mlz_tgroup *g);
 
 /* ---- elfsym.c: symbols of modules the target mapped, read with libelf */
@@ -209,8 +211,6 @@ int mlz__locks_find(pid_t pid, mlz_glibc_locks *L);
  * kind of the first held one and a line in why ("thread 4711 (worker)
  * holds ..."); *holder: the tid holding the loader lock, when known. */
 int mlz__locks_busy(const mlz_glibc_locks *L, mlz_tgroup *g, char *why, size_t cap, pid_t *holder);
-/* The thread's name (comm), "?" if gone. */
-const char *mlz__thread_name(pid_t pid, pid_t tid, char *buf, size_t cap);
 
 /* The payload names its drain thread so (payload/events.c). */
 #define MLZ_DRAIN_THREAD_NAME "memlyze-drain"

@@ -49,19 +49,6 @@ static const struct rtld_layout {
 
 enum { MUTEX_OWNER = 8, MUTEX_KIND = 16, RECURSIVE_NP = 1 };
 
-const char *mlz__thread_name(pid_t pid, pid_t tid, char *buf, size_t cap)
-{
-    char path[96];
-    snprintf(path, sizeof path, "/proc/%d/task/%d/comm", (int)pid, (int)tid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    ssize_t n = fd >= 0 ? read(fd, buf, cap - 1) : -1;
-    if (fd >= 0) close(fd);
-    if (n <= 0) { snprintf(buf, cap, "?"); return buf; }
-    buf[n] = 0;
-    buf[strcspn(buf, "\n")] = 0;
-    return buf;
-}
-
 /* A symbol's link-time value from a debug file's .symtab (statics too). */
 static uint64_t symtab_value(Elf *e, const char *name)
 {

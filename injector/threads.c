@@ -19,12 +19,27 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ptrace.h>
 #include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
+
+const char *mlz__thread_name(pid_t pid, pid_t tid, char *buf, size_t cap)
+{
+    char path[96];
+    snprintf(path, sizeof path, "/proc/%d/task/%d/comm", (int)pid, (int)tid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    ssize_t n = fd >= 0 ? read(fd, buf, cap - 1) : -1;
+    if (fd >= 0) close(fd);
+    if (n <= 0) { snprintf(buf, cap, "?"); return buf; }
+    buf[n] = 0;
+    buf[strcspn(buf, "\n")] = 0;
+    return buf;
+}
 
 mlz_thread *mlz__threads_find(mlz_tgroup *g, pid_t tid)
 {

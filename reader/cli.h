@@ -38,5 +38,8 @@ extern const mlz_command cmd_validate, cmd_dump, cmd_undump, cmd_stats, cmd_top,
 extern const mlz_command cmd_export, cmd_flamegraph, cmd_timeline;
 extern const mlz_command cmd_watch, cmd_serve;
 extern const mlz_command cmd_import, cmd_replay;
+extern const mlz_command cmd_heapdump, cmd_leakcheck, cmd_retainers;
+/* memlyze top --retained (cmd_top_retained.c). */
+int top_retained_run(int argc, char **argv);
 
 #endif

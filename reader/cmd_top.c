@@ -69,6 +69,8 @@ static int cmp_site(const void *a, const void *b)
 
 static int run(int argc, char **argv)
 {
+    for (int i = 1; i < argc; i++)   /* on a heap dump: cmd_top_retained.c */
+        if (!strcmp(argv[i], "--retained")) return top_retained_run(argc, argv);
     long n = 10, frames = 4;
     int c, as_json = 0;
     rep_at at = { NULL };
@@ -217,5 +219,8 @@ const mlz_command cmd_top = {
     "  --frames N    frames shown per site (default 4)\n"
     "  --at TIME     the live heap at TIME: seconds since the start (e.g. 12.5)\n"
     "                or an absolute time in microseconds since the epoch\n"
-    "  --json        the same as a JSON document\n",
+    "  --json        the same as a JSON document\n"
+    "memlyze top --retained [-n N] FILE.arc|PID ranks sites and globals of a heap\n"
+    "dump (memlyze heapdump) by the bytes that would be freed if they let go\n"
+    "(dominator tree); a site counts each object below another of its own once.\n",
 };

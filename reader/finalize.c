@@ -113,6 +113,25 @@ static uint64_t intern(json_t *dict, uint64_t *next, const char *s)
     return (*next)++;
 }
 
+/* A JSON value as it is (objects, arrays, strings, integers, booleans). */
+static void copy_json(mlz_jw *w, const char *key, json_t *v)
+{
+    const char *k;
+    json_t *x;
+    size_t i;
+    if (json_is_object(v)) {
+        mlz_jw_obj(w, key);
+        json_object_foreach(v, k, x) copy_json(w, k, x);
+        mlz_jw_end(w);
+    } else if (json_is_array(v)) {
+        mlz_jw_arr(w, key);
+        json_array_foreach(v, i, x) copy_json(w, NULL, x);
+        mlz_jw_end(w);
+    } else if (json_is_string(v)) mlz_jw_str(w, key, json_string_value(v));
+    else if (json_is_integer(v)) mlz_jw_i64(w, key, json_integer_value(v));
+    else if (json_is_boolean(v)) mlz_jw_bool(w, key, json_is_true(v));
+}
+
 /* Writes the whole metadata; returns its length or 0 on overflow. */
 static size_t build_meta(fin *f, symbolizer *sym, json_t *spool_root, const char *kind,
                          char *buf, size_t cap)
@@ -134,6 +153,8 @@ static size_t build_meta(fin *f, symbolizer *sym, json_t *spool_root, const char
             mlz_jw_end(&w);
         }
     }
+    /* A heap dump's link to its .arc (heapdump.c), kept as given. */
+    if (json_object_get(spool_root, "heapdump")) copy_json(&w, "heapdump", json_object_get(spool_root, "heapdump"));
     if (f->truncated) mlz_jw_bool(&w, "truncated", 1);
     if (f->coverage) mlz_jw_str(&w, "coverage", f->coverage);
     if (f->counters) {

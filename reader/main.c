@@ -11,6 +11,7 @@ static const mlz_command *const commands[] = {
     &cmd_export, &cmd_flamegraph, &cmd_timeline,
     &cmd_watch, &cmd_serve,
     &cmd_import, &cmd_replay,
+    &cmd_heapdump, &cmd_leakcheck, &cmd_retainers,
 };
 #define NCOMMANDS (sizeof commands / sizeof commands[0])
 

@@ -44,6 +44,11 @@ static int open_mapped(pid_t pid, uint64_t start, uint64_t end, const char *path
     return open(p, O_RDONLY | O_CLOEXEC);
 }
 
+int pm_open_module(pid_t pid, const pm_module *m)
+{
+    return open_mapped(pid, m->map_start, m->map_end, m->path);
+}
+
 /* Lowest PT_LOAD address (page-aligned) and the GNU build-id of an ELF. */
 static int elf_facts(int fd, uint64_t *min_vaddr, uint8_t *bid, size_t *blen)
 {

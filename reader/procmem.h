@@ -22,6 +22,8 @@ int  pm_read(pid_t pid, uint64_t addr, void *buf, size_t len);
 /* The process's file-backed modules with their biases and build-ids. */
 int  pm_modules(pid_t pid, pm_module **out, size_t *count);
 void pm_free_modules(pm_module *m, size_t n);
+/* The file of module m as the process mapped it (read-only fd), or -1. */
+int  pm_open_module(pid_t pid, const pm_module *m);
 /* Address of a symbol of module m in the process. */
 int  pm_symbol(pid_t pid, const pm_module *m, const char *name, uint64_t *addr);
 

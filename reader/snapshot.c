@@ -57,8 +57,6 @@ static const pm_module *find_payload(const pm_module *m, size_t n)
  * it is ~10x faster than qsort over the 64-byte entries. */
 typedef struct { uint64_t t; uint32_t i; } tkey;
 
-typedef mlz_live_obj snap_obj;
-
 static int sort_by_time(snap_obj *v, size_t n)
 {
     tkey *a = malloc(n * sizeof *a), *b = malloc(n * sizeof *b);
@@ -311,6 +309,7 @@ int mlz_live_meta(mlz_live_heap *h, mlz_raw_stack *stacks, size_t nstacks, char 
     json_t *fns = json_object();
     json_object_set_new(fns, "0", json_string("memlyze:snapshot"));
     json_object_set_new(root, "functions", fns);
+    if (h->extra) json_object_update(root, (json_t *)h->extra);
     int rc = mlz_symbolized_meta(stacks, nstacks, h->mods, h->nmods, root, "snapshot", meta, ml, err, errlen);
     json_decref(root);
     return rc;
@@ -359,10 +358,18 @@ int mlz_live_write_new(mlz_live_heap *h, int compress, char *name, size_t namele
 
 int mlz_snapshot(pid_t pid, const char *out, int compress, snapshot_stats *st, char *err, size_t errlen)
 {
+    return mlz_snapshot_meta(pid, out, compress, NULL, NULL, NULL, st, err, errlen);
+}
+
+int mlz_snapshot_meta(pid_t pid, const char *out, int compress, void *extra, snapshot_seen_fn seen, void *seen_arg,
+                      snapshot_stats *st, char *err, size_t errlen)
+{
     mlz_live_heap h;
     memset(st, 0, sizeof *st);
     if (mlz_live_read(pid, &h, err, errlen)) return -1;
-    int rc = mlz_live_write(&h, out, compress, err, errlen);
+    h.extra = extra;
+    int rc = seen ? seen(h.obj, h.nobj, seen_arg, err, errlen) : 0;
+    if (!rc) rc = mlz_live_write(&h, out, compress, err, errlen);
     *st = h.st;
     mlz_live_free(&h);
     return rc;

@@ -39,6 +39,7 @@ typedef struct mlz_live_heap {
     mlz_raw_module *mods;     /* the process's modules */
     size_t nmods;
     struct pm_module *pm;     /* owns the modules' paths */
+    void *extra;              /* a jansson object whose keys join the metadata, or NULL */
     snapshot_stats st;
 } mlz_live_heap;
 
@@ -59,5 +60,17 @@ void mlz_live_free(mlz_live_heap *h);
 
 /* Read and write in one: 0, or -1 with a one-line reason. Never replaces an existing OUT. */
 int mlz_snapshot(pid_t pid, const char *out, int compress, snapshot_stats *st, char *err, size_t errlen);
+
+/* What heap dumps (heapdump.c) see of each entry. */
+typedef mlz_live_obj snap_obj;
+/* Called once the heap map and the stacks are copied, before symbolizing
+ * and writing, with the entries in the order of the file's ALLOC events;
+ * non-zero (with a reason in err) abandons the snapshot. */
+typedef int (*snapshot_seen_fn)(const snap_obj *v, size_t n, void *arg, char *err, size_t errlen);
+/* mlz_snapshot, with the keys of the jansson object `extra` added to the
+ * file's metadata and `seen` told what was read (a heap dump); extra and
+ * seen may be NULL. */
+int mlz_snapshot_meta(pid_t pid, const char *out, int compress, void *extra, snapshot_seen_fn seen, void *seen_arg,
+                      snapshot_stats *st, char *err, size_t errlen);
 
 #endif

@@ -1,0 +1,504 @@
+/*
+ * heapdump.c - memlyze heapdump: the live heap of a process profiled in
+ * exact mode, as a graph of objects.
+ *
+ * Which objects are live comes from the payload's heap map, read from
+ * outside by the snapshot code (snapshot.c) into a .mlyze written beside
+ * the dump: that file keeps each object's address, site, thread and birth
+ * time, and the dump only its bytes. The roots are the writable segments of
+ * every module but ours (cut at their data symbols, procdata.c), and for
+ * each thread its stack from the stack pointer (less the 128-byte red zone)
+ * to the top of its mapping, its general registers, and the 64 KiB below
+ * its thread pointer (static TLS; other threads have it in their stacks).
+ * The list of live objects arrives from the snapshot code (its `seen` step).
+ *
+ * Consistency: every thread is stopped (injector/threads.c: PTRACE_SEIZE +
+ * INTERRUPT, given back as they were) from before the registers are read
+ * until the last object's bytes are copied, so registers, stacks, the heap
+ * map and the objects are one moment of the program. The pause is
+ * measured. HD_SHORT_PAUSE lets the threads go once the roots are read:
+ * a short pause, but the heap is then read while it changes. Symbolizing the sites (the .mlyze) and writing the .arc happen
+ * after the threads run again (snapshot.c calls copy_objects in between).
+ *
+ * In the .arc (seed 003) the stream is: forward declarations of the root
+ * object, of every root piece and every heap object; then the root object
+ * (word 0 the dump id, untagged, then one pointer per root piece); then the
+ * root pieces in the order of the .mlyze's "heapdump.roots"; then the heap
+ * objects in the order of its ALLOC events. Every whole word of a piece or
+ * object that holds an address inside a live heap object (interior ones
+ * included) is tagged and rewritten to that object's id plus the offset.
+ */
+#include "heapdump.h"
+#include "arc.h"
+#include "info.h"
+#include "../injector/injector.h"
+#include "mlz_format.h"
+#include "procdata.h"
+#include "snapshot.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#define RED_ZONE 128              /* x86-64: leaf functions may use 128 bytes below rsp */
+#define TLS_SPAN (64u << 10)      /* static TLS read below a thread pointer */
+
+static int herr(char *err, size_t len, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, len, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+int hd_mlyze_name(const char *arc_path, char *out, size_t len)
+{
+    size_t l = strlen(arc_path);
+    if (l > 4 && !strcmp(arc_path + l - 4, ".arc")) l -= 4;
+    if (l + 7 > len) return -1;
+    memcpy(out, arc_path, l);
+    memcpy(out + l, ".mlyze", 7);
+    return 0;
+}
+
+static int is_payload(const char *path)
+{
+    const char *b = strrchr(path, '/');
+    b = b ? b + 1 : path;
+    return !strncmp(b, "libmemlyze", 10) || strstr(path, "memfd:memlyze") != NULL;
+}
+
+/* Sampled mode has no list of every object: refuse before touching anything. */
+static int check_exact(pid_t pid, const pm_module *m, size_t n, char *err, size_t errlen)
+{
+    const pm_module *pay = NULL;
+    for (size_t i = 0; i < n && !pay; i++)
+        if (is_payload(m[i].path)) pay = &m[i];
+    if (!pay)
+        return herr(err, errlen, "memlyze is not loaded in process %d (attach with `memlyze-attach -r 1 %d` "
+                    "or start it with `memlyze run -r 1`)", (int)pid, (int)pid);
+    uint64_t at, rate = 0;
+    struct memlyze_info in;
+    if (pm_symbol(pid, pay, "memlyze_info", &at) || pm_read(pid, at, &in, sizeof in) ||
+        memcmp(in.magic, MEMLYZE_INFO_MAGIC, 8) || in.version != MEMLYZE_INFO_VERSION)
+        return herr(err, errlen, "cannot read memlyze's tables in process %d (same user or CAP_SYS_PTRACE, "
+                    "and the matching memlyze, needed)", (int)pid);
+    if (pm_read(pid, in.rate_addr, &rate, 8))
+        return herr(err, errlen, "cannot read process %d's memory: %s", (int)pid, strerror(errno));
+    if (rate != 1)
+        return herr(err, errlen, "process %d is profiled at a sampling rate of %llu bytes: a heap dump needs every "
+                    "object; attach with `-r 1` (memlyze-attach -r 1 %d, or memlyze run -r 1)", (int)pid,
+                    (unsigned long long)rate, (int)pid);
+    return 0;
+}
+
+/* The process's mappings, for finding the one around a stack pointer. */
+typedef struct range { uint64_t start, end; } range;
+static int read_maps(pid_t pid, range **v, size_t *n)
+{
+    char p[64], line[4096 + 256];
+    snprintf(p, sizeof p, "/proc/%d/maps", (int)pid);
+    FILE *f = fopen(p, "re");
+    if (!f) return -1;
+    size_t cap = 256;
+    *n = 0;
+    *v = malloc(cap * sizeof **v);
+    while (*v && fgets(line, sizeof line, f)) {
+        unsigned long long s, e;
+        if (sscanf(line, "%llx-%llx", &s, &e) != 2) continue;
+        if (*n == cap) {
+            range *nv = realloc(*v, 2 * cap * sizeof *nv);
+            if (!nv) { free(*v); *v = NULL; break; }
+            *v = nv;
+            cap *= 2;
+        }
+        (*v)[(*n)++] = (range){ s, e };
+    }
+    fclose(f);
+    return *v ? 0 : -1;
+}
+static const range *map_of(const range *v, size_t n, uint64_t a)
+{
+    for (size_t i = 0; i < n; i++)
+        if (a >= v[i].start && a < v[i].end) return &v[i];
+    return NULL;
+}
+
+/* One thing to dump: a root piece or a heap object. */
+typedef struct item {
+    uint64_t addr, size;      /* size >= 1 (a 0-byte object is dumped as 1 byte) */
+    uint64_t id;              /* in the .arc */
+    uint8_t *data;            /* its bytes, in one big buffer */
+} item;
+
+/* Copies items' bytes with process_vm_readv, up to 1024 at a time; an item
+ * a batch could not fully read is read alone, and zeroed (and marked in
+ * failed, if given) when that fails too. Returns how many failed. */
+static size_t read_items(pid_t pid, item *it, size_t n, uint8_t *failed)
+{
+    size_t bad = 0;
+    struct iovec lo[1024], re[1024];
+    for (size_t i = 0; i < n;) {
+        size_t k = 0, want = 0;
+        for (; k < 1024 && i + k < n; k++) {
+            lo[k] = (struct iovec){ it[i + k].data, it[i + k].size };
+            re[k] = (struct iovec){ (void *)(uintptr_t)it[i + k].addr, it[i + k].size };
+            want += it[i + k].size;
+        }
+        ssize_t got = process_vm_readv(pid, lo, k, re, k, 0);
+        if (got != (ssize_t)want) {
+            for (size_t j = 0; j < k; j++)
+                if (pm_read(pid, it[i + j].addr, it[i + j].data, it[i + j].size)) {
+                    memset(it[i + j].data, 0, it[i + j].size);
+                    if (failed) failed[i + j] = 1;
+                    bad++;
+                }
+        }
+        i += k;
+    }
+    return bad;
+}
+
+static const item *heap_items;
+static int by_heap_addr(const void *x, const void *y)
+{
+    uint64_t a = heap_items[*(const uint32_t *)x].addr, b = heap_items[*(const uint32_t *)y].addr;
+    return a < b ? -1 : a > b;
+}
+
+/* Address -> heap object, for tagging words. */
+typedef struct addr_index {
+    const item *h;
+    uint32_t *order;          /* heap indices by address */
+    size_t n;
+    uint64_t lo, hi;          /* lowest address, highest end */
+} addr_index;
+
+static long lookup(const addr_index *x, uint64_t v)
+{
+    if (v < x->lo || v >= x->hi) return -1;
+    size_t lo = 0, hi = x->n;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (x->h[x->order[mid]].addr <= v) lo = mid + 1;
+        else hi = mid;
+    }
+    if (!lo) return -1;
+    const item *o = &x->h[x->order[lo - 1]];
+    return v - o->addr < o->size ? (long)x->order[lo - 1] : -1;
+}
+
+/* One object's bitmap and rewritten words, then its declaration. */
+static int put_item(FILE *f, const item *o, const addr_index *x, uint8_t *scratch, uint8_t *bitmap)
+{
+    uint64_t words = o->size / 8;
+    memset(bitmap, 0, ARC_BITMAP_BYTES(o->size));
+    memcpy(scratch, o->data, o->size);
+    for (uint64_t w = 0; w < words; w++) {
+        uint64_t v;
+        memcpy(&v, scratch + 8 * w, 8);
+        long t = lookup(x, v);
+        if (t < 0) continue;
+        v = x->h[t].id + (v - x->h[t].addr);
+        memcpy(scratch + 8 * w, &v, 8);
+        bitmap[w / 8] |= (uint8_t)(1u << (w % 8));
+    }
+    return arc_put_object(f, o->id, o->size, bitmap, scratch);
+}
+
+/* The snapshot's `seen` step: every listed object's bytes, copied while
+ * the threads are still held; then they run again. */
+typedef struct copy_job {
+    pid_t pid;
+    mlz_tgroup *g;
+    item *heap;
+    size_t n;
+    uint8_t *buf;
+    uint32_t *order;          /* heap indices by address */
+    uint64_t bytes;
+    size_t unreadable;
+    int held;
+} copy_job;
+
+/* Objects lie mostly side by side: one read per run of neighbours (gaps of
+ * chunk headers included) costs far less than one iovec per object, whose
+ * pages the kernel would pin one by one. Each object's data points into its
+ * run's copy. */
+#define RUN_GAP  4096
+#define RUN_MAX  (4u << 20)
+static int read_runs(copy_job *j)
+{
+    size_t nr = 0;
+    item *runs = malloc((j->n ? j->n : 1) * sizeof *runs);
+    uint32_t *run_of = malloc((j->n ? j->n : 1) * sizeof *run_of);
+    if (!runs || !run_of) { free(runs); free(run_of); return -1; }
+    uint64_t total = 0;
+    for (size_t k = 0; k < j->n; k++) {
+        const item *o = &j->heap[j->order[k]];
+        item *r = nr ? &runs[nr - 1] : NULL;
+        if (r && o->addr >= r->addr && o->addr <= r->addr + r->size + RUN_GAP && r->size + o->size <= RUN_MAX) {
+            uint64_t end = o->addr + o->size;
+            if (end > r->addr + r->size) { total += end - (r->addr + r->size); r->size = end - r->addr; }
+        } else {
+            runs[nr++] = (item){ o->addr, o->size, 0, NULL };
+            total += o->size;
+        }
+        run_of[k] = (uint32_t)(nr - 1);
+    }
+    j->buf = malloc(total ? total : 1);
+    uint8_t *failed = calloc(nr ? nr : 1, 1);
+    if (!j->buf || !failed) { free(runs); free(run_of); free(failed); return -1; }
+    uint8_t *p = j->buf;
+    for (size_t r = 0; r < nr; r++) { runs[r].data = p; p += runs[r].size; }
+    for (size_t k = 0; k < j->n; k++) {
+        item *o = &j->heap[j->order[k]];
+        o->data = runs[run_of[k]].data + (o->addr - runs[run_of[k]].addr);
+    }
+    /* A run across an unmapped hole fails as a whole: read its objects alone. */
+    if (read_items(j->pid, runs, nr, failed))
+        for (size_t k = 0; k < j->n; k++)
+            if (failed[run_of[k]]) j->unreadable += read_items(j->pid, &j->heap[j->order[k]], 1, NULL);
+    free(runs);
+    free(run_of);
+    free(failed);
+    return 0;
+}
+
+static int copy_objects(const snap_obj *v, size_t n, void *arg, char *err, size_t errlen)
+{
+    copy_job *j = arg;
+    uint64_t total = 0;
+    j->heap = malloc((n ? n : 1) * sizeof *j->heap);
+    if (!j->heap) return herr(err, errlen, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        uint64_t size = v[i].size ? v[i].size : 1;    /* .arc has no empty objects */
+        if (size > ARC_MAX_SIZE)
+            return herr(err, errlen, "an object of %llu bytes is beyond .arc's 64 GiB", (unsigned long long)size);
+        j->heap[i] = (item){ v[i].addr, size, 0, NULL };
+        total += size;
+    }
+    j->n = n;
+    j->bytes = total;
+    j->order = malloc((n ? n : 1) * sizeof *j->order);
+    if (!j->order) return herr(err, errlen, "out of memory");
+    for (size_t i = 0; i < n; i++) j->order[i] = (uint32_t)i;
+    heap_items = j->heap;
+    qsort(j->order, n, sizeof *j->order, by_heap_addr);
+    if (read_runs(j)) return herr(err, errlen, "out of memory for %llu bytes of heap", (unsigned long long)total);
+    if (j->held) mlz__threads_detach_all(j->g, 0);
+    j->held = 0;
+    return 0;
+}
+
+static json_t *root_json(const char *kind, pid_t tid, uint64_t addr, uint64_t size)
+{
+    json_t *r = json_object();
+    json_object_set_new(r, "kind", json_string(kind));
+    if (tid) json_object_set_new(r, "tid", json_integer(tid));
+    json_object_set_new(r, "addr", json_integer((json_int_t)addr));
+    json_object_set_new(r, "size", json_integer((json_int_t)size));
+    return r;
+}
+
+int hd_dump(pid_t pid, const char *arc_path, const char *mlyze_path, int flags, hd_stats *st, char *err, size_t errlen)
+{
+    int rc = -1, stopped = 0, wrote_mlyze = 0;
+    pm_module *mods = NULL;
+    size_t nmods = 0, np = 0, cp = 0, nmaps = 0, nheap = 0;
+    pm_piece *pieces = NULL;
+    range *maps = NULL;
+    item *roots = NULL, *heap = NULL;
+    uint8_t *rootbuf = NULL, *heapbuf = NULL, *scratch = NULL, *bitmap = NULL;
+    uint32_t *order = NULL;
+    json_t *extra = NULL, *jroots = NULL;
+    FILE *f = NULL;
+    struct user_regs_struct *regs = NULL;
+    mlz_tgroup g;
+    memset(&g, 0, sizeof g);
+    g.pid = pid;
+    memset(st, 0, sizeof *st);
+    char tmp[PATH_MAX + 16];
+    snprintf(tmp, sizeof tmp, "%s.tmp", arc_path);
+
+    if (kill(pid, 0) && errno == ESRCH) return herr(err, errlen, "no process %d", (int)pid);
+    if (!access(arc_path, F_OK)) return herr(err, errlen, "%s exists (a dump never replaces a file)", arc_path);
+    if (pm_modules(pid, &mods, &nmods)) return herr(err, errlen, "cannot read /proc/%d/maps: %s", (int)pid, strerror(errno));
+    if (check_exact(pid, mods, nmods, err, errlen)) goto out;
+
+    /* Global roots: writable segments of every module but ours. */
+    for (size_t i = 0; i < nmods; i++)
+        if (mods[i].path[0] == '/' && !is_payload(mods[i].path) && pm_data_pieces(pid, &mods[i], &pieces, &np, &cp)) {
+            herr(err, errlen, "cannot read module %s of process %d", mods[i].path, (int)pid);
+            goto out;
+        }
+
+    /* Stop every thread: from here to the last copied byte. */
+    if (mlz__threads_stop_all(&g, 2000)) {
+        herr(err, errlen, "cannot stop process %d: %s", (int)pid, mlz__errmsg());
+        goto out;
+    }
+    stopped = 1;
+    if (read_maps(pid, &maps, &nmaps)) { herr(err, errlen, "cannot read /proc/%d/maps", (int)pid); goto out; }
+
+    /* Root pieces: globals, then per thread its stack, registers and TLS. */
+    size_t rcap = np + 3 * (size_t)g.n + 1, nroots = 0;
+    roots = calloc(rcap, sizeof *roots);
+    regs = calloc((size_t)g.n + 1, sizeof *regs);
+    jroots = json_array();
+    if (!roots || !regs || !jroots) { herr(err, errlen, "out of memory"); goto out; }
+    for (size_t i = 0; i < np; i++) {
+        roots[nroots++] = (item){ pieces[i].addr, pieces[i].size, 0, NULL };
+        json_t *r = root_json("global", 0, pieces[i].addr, pieces[i].size);
+        if (pieces[i].name) json_object_set_new(r, "name", json_string(pieces[i].name));
+        if (pieces[i].file) json_object_set_new(r, "file", json_string(pieces[i].file));
+        for (size_t m = 0; m < nmods; m++)
+            if (pieces[i].addr >= mods[m].start && pieces[i].addr < mods[m].end)
+                json_object_set_new(r, "module", json_string(mods[m].path));
+        json_array_append_new(jroots, r);
+    }
+    for (int t = 0; t < g.n; t++) {
+        if (g.t[t].state == MLZ_T_GONE) continue;
+        pid_t tid = g.t[t].tid;
+        regs[t] = g.t[t].regs;
+        uint64_t sp = (regs[t].rsp - RED_ZONE) & ~7ull;
+        const range *sm = map_of(maps, nmaps, regs[t].rsp);
+        st->threads++;
+        if (sm) {
+            if (sp < sm->start) sp = sm->start;
+            roots[nroots++] = (item){ sp, sm->end - sp, 0, NULL };
+            json_array_append_new(jroots, root_json("stack", tid, sp, sm->end - sp));
+        }
+        roots[nroots++] = (item){ 0, sizeof regs[t], 0, (uint8_t *)&regs[t] };
+        json_array_append_new(jroots, root_json("registers", tid, 0, sizeof regs[t]));
+        uint64_t fs = regs[t].fs_base & ~7ull;
+        const range *tm = map_of(maps, nmaps, fs);
+        if (tm && tm != sm) {
+            uint64_t a = fs - tm->start > TLS_SPAN ? fs - TLS_SPAN : tm->start;
+            uint64_t z = tm->end - fs > 4096 ? fs + 4096 : tm->end;
+            roots[nroots++] = (item){ a, z - a, 0, NULL };
+            json_array_append_new(jroots, root_json("tls", tid, a, z - a));
+        }
+    }
+    st->roots = nroots;
+
+    /* The live objects: the snapshot, with the link to this dump. */
+    uint64_t id = 0;
+    if (getrandom(&id, sizeof id, 0) != sizeof id) id = mlz__now_us() ^ ((uint64_t)pid << 40);
+    st->id = id;
+    char idhex[17];
+    snprintf(idhex, sizeof idhex, "%016llx", (unsigned long long)id);
+    const char *base = strrchr(arc_path, '/');
+    extra = json_object();
+    json_t *hd = json_object();
+    json_object_set_new(hd, "id", json_string(idhex));
+    json_object_set_new(hd, "arc", json_string(base ? base + 1 : arc_path));
+    json_object_set(hd, "roots", jroots);
+    json_object_set_new(extra, "heapdump", hd);
+    /* The root pieces' bytes, then the snapshot, whose `seen` step copies
+     * the objects and lets the threads go before it symbolizes. */
+    uint64_t rtotal = 0;
+    for (size_t i = 0; i < nroots; i++) rtotal += roots[i].data ? 0 : roots[i].size;
+    rootbuf = malloc(rtotal ? rtotal : 1);
+    if (!rootbuf) { herr(err, errlen, "out of memory"); goto out; }
+    uint8_t *p = rootbuf;
+    for (size_t i = 0; i < nroots; i++)
+        if (!roots[i].data) {   /* registers are already here */
+            roots[i].data = p;
+            p += roots[i].size;
+            if (pm_read(pid, roots[i].addr, roots[i].data, roots[i].size)) memset(roots[i].data, 0, roots[i].size);
+        }
+    if (flags & HD_SHORT_PAUSE) {   /* the heap is read while the program runs */
+        mlz__threads_detach_all(&g, 0);
+        stopped = 0;
+    }
+    copy_job job = { pid, &g, NULL, 0, NULL, NULL, 0, 0, stopped };
+    snapshot_stats ss;
+    int src = mlz_snapshot_meta(pid, mlyze_path, 0, extra, copy_objects, &job, &ss, err, errlen);
+    heap = job.heap;
+    nheap = job.n;
+    heapbuf = job.buf;
+    order = job.order;
+    stopped = job.held;
+    if (src) goto out;
+    wrote_mlyze = 1;
+    st->skipped = ss.skipped;
+    st->unreadable = job.unreadable;
+    st->pause_us = g.paused_us;
+    st->objects = nheap;
+    st->bytes = job.bytes;
+
+    /* Ids: the root object, the root pieces, the heap objects. */
+    arc_ids ids;
+    memset(&ids, 0, sizeof ids);
+    uint64_t root_size = 8 + 8 * (uint64_t)nroots, root_id = arc_new_id(&ids, root_size);
+    uint64_t maxsz = root_size;
+    for (size_t i = 0; i < nroots; i++) {
+        roots[i].id = arc_new_id(&ids, roots[i].size);
+        if (roots[i].size > maxsz) maxsz = roots[i].size;
+    }
+    for (size_t i = 0; i < nheap; i++) {
+        heap[i].id = arc_new_id(&ids, heap[i].size);
+        if (!heap[i].id) { herr(err, errlen, "too many objects of one size class for .arc"); goto out; }
+        if (heap[i].size > maxsz) maxsz = heap[i].size;
+    }
+    scratch = malloc(maxsz);
+    bitmap = malloc(ARC_BITMAP_BYTES(maxsz) + 1);
+    if (!scratch || !bitmap) { herr(err, errlen, "out of memory"); goto out; }
+    addr_index x = { heap, order, nheap, nheap ? heap[order[0]].addr : 1, 0 };
+    for (size_t i = 0; i < nheap; i++)
+        if (heap[i].addr + heap[i].size > x.hi) x.hi = heap[i].addr + heap[i].size;
+
+    /* The stream, under a temporary name until complete. */
+    f = fopen(tmp, "wbx");
+    if (!f) { herr(err, errlen, "%s: %s", tmp, strerror(errno)); goto out; }
+    setvbuf(f, NULL, _IOFBF, 1 << 22);
+    int we = arc_put_forward(f, root_id, root_size);
+    for (size_t i = 0; !we && i < nroots; i++) we = arc_put_forward(f, roots[i].id, roots[i].size);
+    for (size_t i = 0; !we && i < nheap; i++) we = arc_put_forward(f, heap[i].id, heap[i].size);
+    /* The root object: the dump id, then a pointer to each root piece. */
+    uint8_t *rd = calloc(1, root_size), *rb = calloc(1, ARC_BITMAP_BYTES(root_size) + 1);
+    if (!rd || !rb) { free(rd); free(rb); herr(err, errlen, "out of memory"); goto out; }
+    memcpy(rd, &id, 8);
+    for (size_t i = 0; i < nroots; i++) {
+        memcpy(rd + 8 * (i + 1), &roots[i].id, 8);
+        rb[(i + 1) / 8] |= (uint8_t)(1u << ((i + 1) % 8));
+    }
+    if (!we) we = arc_put_object(f, root_id, root_size, rb, rd);
+    free(rd);
+    free(rb);
+    for (size_t i = 0; !we && i < nroots; i++) we = put_item(f, &roots[i], &x, scratch, bitmap);
+    for (size_t i = 0; !we && i < nheap; i++) we = put_item(f, &heap[i], &x, scratch, bitmap);
+    if (!we) we = fflush(f) ? -1 : 0;
+    if (fclose(f) || we) { f = NULL; herr(err, errlen, "%s: %s", tmp, strerror(errno)); unlink(tmp); goto out; }
+    f = NULL;
+    if (rename(tmp, arc_path)) { herr(err, errlen, "%s: %s", arc_path, strerror(errno)); unlink(tmp); goto out; }
+    rc = 0;
+out:
+    if (stopped) mlz__threads_detach_all(&g, 0);
+    mlz__threads_free(&g);
+    if (f) { fclose(f); unlink(tmp); }
+    if (rc && wrote_mlyze) unlink(mlyze_path);
+    pm_free_modules(mods, nmods);
+    pm_free_pieces(pieces, np);
+    free(maps);
+    free(roots);
+    free(heap);
+    free(regs);
+    free(rootbuf);
+    free(heapbuf);
+    free(scratch);
+    free(bitmap);
+    free(order);
+    json_decref(jroots);
+    json_decref(extra);
+    return rc;
+}
