@@ -8,6 +8,7 @@
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 int rep_parse_metric(const char *s, enum rep_metric *m)
@@ -107,8 +108,20 @@ int rep_out_open(const char *cmd, const char *path, rep_out *o)
         return 0;
     }
     o->path = strdup(path);
-    if (o->path && asprintf(&o->tmp, "%s.%d.tmp", path, (int)getpid()) < 0) o->tmp = NULL;
-    if (!o->path || !o->tmp) {
+    if (!o->path) return cli_error(cmd, "out of memory");
+    /* A device or a pipe (-o /dev/null, a fifo) is written as it is: a
+     * rename over it would replace it with a regular file. */
+    struct stat st;
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+        o->f = fopen(path, "w");
+        if (!o->f) {
+            int rc = cli_error(cmd, "%s: %s", path, strerror(errno));
+            free(o->path);
+            return rc;
+        }
+        return 0;
+    }
+    if (asprintf(&o->tmp, "%s.%d.tmp", path, (int)getpid()) < 0) {
         free(o->path);
         return cli_error(cmd, "out of memory");
     }
@@ -132,8 +145,8 @@ int rep_out_close(const char *cmd, rep_out *o, int ok)
     int err = ferror(o->f) ? EIO : 0;
     if (fclose(o->f) && !err) err = errno;
     if (ok && err) rc = cli_error(cmd, "%s: %s", o->path, strerror(err));
-    else if (ok && rename(o->tmp, o->path)) rc = cli_error(cmd, "%s: %s", o->path, strerror(errno));
-    if (!ok || rc) { unlink(o->tmp); rc = 1; }
+    else if (ok && o->tmp && rename(o->tmp, o->path)) rc = cli_error(cmd, "%s: %s", o->path, strerror(errno));
+    if (!ok || rc) { if (o->tmp) unlink(o->tmp); rc = 1; }
     free(o->path);
     free(o->tmp);
     return rc;

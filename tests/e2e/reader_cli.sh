@@ -47,6 +47,23 @@ for c in $cmds; do
     check "$c --help" bash -c "'$MEMLYZE' $c --help | grep -q '^usage: memlyze $c'"
     check "memlyze --help lists $c" bash -c "'$MEMLYZE' --help | grep -q '^  $c '"
 done
+# Outputs that are not regular files are written, never replaced: a rename
+# over /dev/null once turned it into a regular file for the whole machine.
+"$MEMLYZE" undump -o "$T/dev.mlyze" "$ROOT/tests/e2e/reports/fixture.dump"
+mkfifo "$T/fifo"
+cat "$T/fifo" > "$T/fifo.out" & CATP=$!
+check "export into a fifo writes through it" "$MEMLYZE" export --format json -o "$T/fifo" "$T/dev.mlyze"
+wait "$CATP"
+check "the fifo is still a fifo and got the document" bash -c "[ -p '$T/fifo' ] && python3 -c 'import json; json.load(open(\"$T/fifo.out\"))'"
+if [ "$(id -u)" -eq 0 ]; then
+    mknod -m 666 "$T/null" c 1 3
+    for f in json pprof heaptrack dumpalloc; do
+        check "export --format $f -o a character device leaves it a device" \
+            bash -c "'$MEMLYZE' export --format $f -o '$T/null' '$T/dev.mlyze' && [ -c '$T/null' ]"
+    done
+else
+    skip "export to a character device" "needs root for mknod"
+fi
 check "unknown command exits 2" bash -c "'$MEMLYZE' frobnicate 2>/dev/null; [ \$? -eq 2 ]"
 check "bad option exits 2" bash -c "'$MEMLYZE' top --bogus x 2>/dev/null; [ \$? -eq 2 ]"
 finish
