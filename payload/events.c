@@ -156,6 +156,10 @@ static size_t note_len;
 static unsigned note_type;
 static _Atomic int note_ready;
 
+/* Flush requests (exec.c, before an exec): the drain thread answers each
+ * round by writing its buffer out. */
+static _Atomic uint64_t flush_req, flush_done;
+
 void mlz__spool_note(unsigned type, const char *text, size_t len)
 {
     /* Wait (bounded) for the drain thread to take the previous note. */
@@ -307,11 +311,17 @@ static void *drain_main(void *arg)
     while (!atomic_load(&drain_stop)) {
         struct timespec ts = { 0, mlz__g.rate <= 1 ? DRAIN_PERIOD_NS / 10 : DRAIN_PERIOD_NS };
         nanosleep(&ts, NULL);
+        uint64_t fr = atomic_load(&flush_req);   /* before d: covers what was pushed */
         if (mlz_modtab_changed()) mlz_modtab_refresh();
         uint64_t d = mlz__now_ns();
         write_modules(to_us(d));
         write_note(to_us(d));
         drain_round(d);
+        if (fr != atomic_load(&flush_done)) {
+            if (mlz_writer_end_block(&spool))
+                atomic_fetch_add_explicit(&mlz__g.c.spool_errors, 1, memory_order_relaxed);
+            atomic_store(&flush_done, fr);
+        }
         if (++round % 100 == 0) reclaim_rings();
     }
     return NULL;
@@ -340,6 +350,7 @@ static void build_meta(size_t *len)
     mlz_jw_end(&w);
     mlz_jw_str(&w, "clock", "realtime");
     mlz_jw_str(&w, "unwind", mlz__g.unwinder == MLZ_UNWIND_FP ? "fp" : "dwarf");
+    mlz__exec_meta(&w);
     mlz_jw_obj(&w, "stack_traces");
     mlz_jw_end(&w);
     mlz_jw_obj(&w, "files");
@@ -443,6 +454,17 @@ void mlz__drain_stop(void)
     if (mlz_writer_close(&spool))
         atomic_fetch_add_explicit(&mlz__g.c.spool_errors, 1, memory_order_relaxed);
     spool_open = 0;
+}
+
+int mlz__drain_flush(void)
+{
+    if (!atomic_load(&drain_running)) return -1;
+    uint64_t want = atomic_fetch_add(&flush_req, 1) + 1;
+    for (int i = 0; i < 200 && atomic_load(&flush_done) < want && atomic_load(&drain_running); i++) {
+        struct timespec ts = { 0, 1000000 };
+        nanosleep(&ts, NULL);
+    }
+    return atomic_load(&flush_done) >= want ? 0 : -1;
 }
 
 void mlz__drain_forget(void)

@@ -226,7 +226,7 @@ int mlz_snapshot(pid_t pid, const char *out, int compress, snapshot_stats *st, c
             stacks = nv;
             cst *= 2;
         }
-        stacks[nst] = (mlz_raw_stack){ id, id == empty_id ? 0 : depth, malloc((depth ? depth : 1) * 8) };
+        stacks[nst] = (mlz_raw_stack){ id, id == empty_id ? 0 : depth, malloc((depth ? depth : 1) * 8), 0 };
         if (!stacks[nst].pcs) { free(slot_of); serr(err, errlen, "out of memory"); goto out; }
         memcpy(stacks[nst].pcs, pcs, (size_t)stacks[nst].depth * 8);
         slot_of[id] = (uint32_t)++nst;

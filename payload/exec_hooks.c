@@ -1,0 +1,129 @@
+/*
+ * exec_hooks.c - the exec family, exported by libmemlyze-preload.so only:
+ * each flushes the profile (exec.c) and then calls the real function. The
+ * glibc functions call execve internally without the PLT, so every entry
+ * point a program may use is wrapped here, not just execve.
+ */
+#include "payload.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <unistd.h>
+
+typedef int (*execve_fn)(const char *, char *const[], char *const[]);
+typedef int (*execv_fn)(const char *, char *const[]);
+typedef int (*fexecve_fn)(int, char *const[], char *const[]);
+
+extern char **environ;
+
+static void *real(const char *name)
+{
+    /* dlsym may allocate: the hooks pass that through. */
+    return dlsym(RTLD_NEXT, name);
+}
+
+/* Runs the real call between mlz__exec_before and mlz__exec_failed. */
+#define WRAP(call)                                   \
+    do {                                             \
+        int rc_ = (call);                            \
+        int e_ = errno;                              \
+        mlz__exec_failed();                          \
+        errno = e_;                                  \
+        return rc_;                                  \
+    } while (0)
+
+MLZ_EXPORT int execve(const char *path, char *const argv[], char *const envp[])
+{
+    static execve_fn f;
+    if (!f && !(f = (execve_fn)real("execve"))) { errno = ENOSYS; return -1; }
+    mlz__exec_before(path, 0, argv, envp);
+    WRAP(f(path, argv, envp));
+}
+
+MLZ_EXPORT int execvpe(const char *file, char *const argv[], char *const envp[])
+{
+    static execve_fn f;
+    if (!f && !(f = (execve_fn)real("execvpe"))) { errno = ENOSYS; return -1; }
+    mlz__exec_before(file, 1, argv, envp);
+    WRAP(f(file, argv, envp));
+}
+
+MLZ_EXPORT int execv(const char *path, char *const argv[])
+{
+    static execv_fn f;
+    if (!f && !(f = (execv_fn)real("execv"))) { errno = ENOSYS; return -1; }
+    mlz__exec_before(path, 0, argv, environ);
+    WRAP(f(path, argv));
+}
+
+MLZ_EXPORT int execvp(const char *file, char *const argv[])
+{
+    static execv_fn f;
+    if (!f && !(f = (execv_fn)real("execvp"))) { errno = ENOSYS; return -1; }
+    mlz__exec_before(file, 1, argv, environ);
+    WRAP(f(file, argv));
+}
+
+MLZ_EXPORT int fexecve(int fd, char *const argv[], char *const envp[])
+{
+    static fexecve_fn f;
+    if (!f && !(f = (fexecve_fn)real("fexecve"))) { errno = ENOSYS; return -1; }
+    mlz__exec_before(NULL, 0, argv, envp);
+    WRAP(f(fd, argv, envp));
+}
+
+/* execl, execlp, execle: the variadic list as an argv array on the stack. */
+static size_t count_args(va_list ap)
+{
+    size_t n = 1;
+    while (va_arg(ap, char *)) n++;
+    return n;
+}
+
+#define COLLECT(arg0, argv, n, ap)                      \
+    argv[0] = (char *)(arg0);                           \
+    for (size_t i_ = 1; i_ <= (n); i_++) argv[i_] = va_arg(ap, char *);
+
+MLZ_EXPORT int execl(const char *path, const char *arg, ...)
+{
+    va_list ap, cp;
+    va_start(ap, arg);
+    va_copy(cp, ap);
+    size_t n = count_args(cp);
+    va_end(cp);
+    char *argv[n + 1];
+    COLLECT(arg, argv, n, ap);
+    va_end(ap);
+    argv[n] = NULL;
+    return execv(path, argv);
+}
+
+MLZ_EXPORT int execlp(const char *file, const char *arg, ...)
+{
+    va_list ap, cp;
+    va_start(ap, arg);
+    va_copy(cp, ap);
+    size_t n = count_args(cp);
+    va_end(cp);
+    char *argv[n + 1];
+    COLLECT(arg, argv, n, ap);
+    va_end(ap);
+    argv[n] = NULL;
+    return execvp(file, argv);
+}
+
+MLZ_EXPORT int execle(const char *path, const char *arg, ...)
+{
+    va_list ap, cp;
+    va_start(ap, arg);
+    va_copy(cp, ap);
+    size_t n = count_args(cp);
+    va_end(cp);
+    char *argv[n + 1];
+    COLLECT(arg, argv, n, ap);
+    char *const *envp = va_arg(ap, char *const *);
+    va_end(ap);
+    argv[n] = NULL;
+    return execve(path, argv, envp);
+}
