@@ -104,11 +104,12 @@ static int seg_cmp(const void *a, const void *b)
     return x->seq < y->seq ? -1 : x->seq > y->seq;
 }
 
-/* The program's name from a spool's metadata (its exe's base name). */
-static void prog_of(const char *spool, char *out, size_t len)
+/* The program's name from a spool's metadata (its exe's base name), and its pid. */
+static void prog_of(const char *spool, char *out, size_t len, long *pid)
 {
     mlz_error e;
     snprintf(out, len, "child");
+    if (pid) *pid = 0;
     mlz_reader *r = mlz_reader_open(spool, MLZ_READ_TRUNCATED_OK, &e);
     if (!r) return;
     const char *exe = json_string_value(json_object_get(mlz_reader_meta(r)->root, "exe"));
@@ -116,6 +117,8 @@ static void prog_of(const char *spool, char *out, size_t len)
         const char *b = strrchr(exe, '/');
         snprintf(out, len, "%s", b ? b + 1 : exe);
     }
+    json_t *p = json_object_get(mlz_reader_meta(r)->root, "pid");
+    if (pid && json_is_integer(p)) *pid = (long)json_integer_value(p);
     mlz_reader_close(r);
 }
 
@@ -124,19 +127,21 @@ static int write_one(seg_file *segs, size_t n, const char *target, int compress,
 {
     const char *paths[n];
     for (size_t i = 0; i < n; i++) paths[i] = segs[i].path;
-    if (!segs[n - 1].sealed)
-        fprintf(stderr, "memlyze run: %s ended before its profile was sealed; keeping what it wrote\n",
-                segs[n - 1].child ? "a child" : "the program");
     char err[512], prog[256];
     mlz_fin_summary sum;
-    prog_of(paths[n - 1], prog, sizeof prog);
+    long pid;
+    prog_of(paths[n - 1], prog, sizeof prog, &pid);
     if (mlz_finalize_segments(paths, n, target, "trace", compress, 0, &sum, err, sizeof err)) {
         cli_error("run", "%s", err);
         return -1;
     }
+    /* Unsealed and no exec away: the program died. */
+    if (!segs[n - 1].sealed && !sum.unprofiled_exec)
+        fprintf(stderr, "memlyze run: %s ended before its profile was sealed; keeping what it wrote\n",
+                segs[n - 1].child ? "a child" : "the program");
     if (coverage) print_coverage(target);
     fprintf(stderr, "memlyze run: wrote %s: %s (pid %ld), %llu allocations of %llu bytes, %llu live at exit (%llu bytes)",
-            target, prog, segs[0].child, (unsigned long long)sum.allocs, (unsigned long long)sum.alloc_bytes,
+            target, prog, pid, (unsigned long long)sum.allocs, (unsigned long long)sum.alloc_bytes,
             (unsigned long long)sum.live, (unsigned long long)sum.live_bytes);
     if (sum.images > 1) fprintf(stderr, ", %zu exec%s followed", sum.images - 1, sum.images > 2 ? "s" : "");
     if (sum.unprofiled_exec) fprintf(stderr, ", then exec'd an image it cannot profile");
@@ -179,7 +184,7 @@ static int write_traces(const char *dir, const char *out, int compress, int cove
         if (segs[i].child == 0 && i == 0) {
             snprintf(target, sizeof target, "%s", out);
         } else {
-            prog_of(segs[j - 1].path, prog, sizeof prog);
+            prog_of(segs[j - 1].path, prog, sizeof prog, NULL);
             snprintf(target, sizeof target, "%s.%s.%ld%s.mlyze", base, prog, segs[i].child,
                      i > 0 && segs[i - 1].child == segs[i].child ? ".2" : "");
         }
