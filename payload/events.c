@@ -322,7 +322,14 @@ static void *drain_main(void *arg)
                 atomic_fetch_add_explicit(&mlz__g.c.spool_errors, 1, memory_order_relaxed);
             atomic_store(&flush_done, fr);
         }
-        if (++round % 100 == 0) reclaim_rings();
+        if (++round % 100 == 0) {
+            reclaim_rings();
+            /* What the process did up to ~1 s ago is on disk even if it
+             * never reaches the destructor (killed, or exec'd while
+             * attached: no exec hook then). */
+            if (fr == atomic_load(&flush_done) && mlz_writer_end_block(&spool))
+                atomic_fetch_add_explicit(&mlz__g.c.spool_errors, 1, memory_order_relaxed);
+        }
     }
     return NULL;
 }

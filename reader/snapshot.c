@@ -117,7 +117,18 @@ int mlz_snapshot(pid_t pid, const char *out, int compress, snapshot_stats *st, c
     if (kill(pid, 0) && errno == ESRCH) return serr(err, errlen, "no process %d", (int)pid);
     if (pm_modules(pid, &mods, &nmods)) return serr(err, errlen, "cannot read /proc/%d/maps: %s", (int)pid, strerror(errno));
     const pm_module *pay = find_payload(mods, nmods);
-    if (!pay) { serr(err, errlen, "memlyze is not loaded in process %d (attach first)", (int)pid); goto out; }
+    if (!pay) {
+        /* memlyze-attach's record is there but the payload is not: only an
+         * exec drops it (a detached payload stays mapped, pass-through). */
+        char state[128];
+        snprintf(state, sizeof state, "/proc/%d/root/tmp/memlyze-%d/state", (int)pid, (int)pid);
+        if (access(state, F_OK) == 0)
+            serr(err, errlen, "process %d has exec'd since memlyze-attach: the payload went with its old image "
+                 "(memlyze-detach %d writes the trace recorded up to the exec)", (int)pid, (int)pid);
+        else
+            serr(err, errlen, "memlyze is not loaded in process %d (attach first)", (int)pid);
+        goto out;
+    }
     uint64_t info_addr;
     if (pm_symbol(pid, pay, "memlyze_info", &info_addr)) {
         serr(err, errlen, "%s in process %d has no memlyze_info (an older payload?)", pay->path, (int)pid);

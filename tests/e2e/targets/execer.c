@@ -7,6 +7,8 @@
  *   execer exec PROG.. execs PROG with its arguments (static, setuid, ...)
  *   execer spawn PROG  posix_spawn's PROG (vfork + exec) and waits for it
  *   execer fail PROG.. an exec that fails (ENOENT), then execs PROG
+ *   execer waitexec FILE PROG..  churns until FILE exists, then execs PROG
+ *                      (memlyze-attach'ed meanwhile)
  */
 #include <spawn.h>
 #include <stdio.h>
@@ -39,6 +41,15 @@ int main(int argc, char **argv)
         execv("/nonexistent/program", argv + 2);
         for (int i = 30; i < 35; i++) keep[i] = site_before(700);   /* still this image */
         execvp(argv[2], argv + 2);
+    } else if (argc > 3 && !strcmp(argv[1], "waitexec")) {
+        printf("execer: waiting\n");
+        fflush(stdout);
+        while (access(argv[2], F_OK)) {
+            void *volatile p = site_before(100);
+            free(p);
+            usleep(2000);
+        }
+        execv(argv[3], argv + 3);
     } else if (argc > 2 && !strcmp(argv[1], "spawn")) {
         pid_t pid;
         if (posix_spawnp(&pid, argv[2], NULL, NULL, argv + 2, environ)) return 2;
