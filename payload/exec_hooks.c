@@ -17,10 +17,19 @@ typedef int (*fexecve_fn)(int, char *const[], char *const[]);
 
 extern char **environ;
 
-static void *real(const char *name)
+/* Resolved at load time: a vfork child (sharing our memory while the
+ * parent's other threads run) must not be the one calling dlsym. */
+static execve_fn real_execve, real_execvpe;
+static execv_fn real_execv, real_execvp;
+static fexecve_fn real_fexecve;
+
+__attribute__((constructor)) static void resolve_exec(void)
 {
-    /* dlsym may allocate: the hooks pass that through. */
-    return dlsym(RTLD_NEXT, name);
+    real_execve = (execve_fn)dlsym(RTLD_NEXT, "execve");
+    real_execvpe = (execve_fn)dlsym(RTLD_NEXT, "execvpe");
+    real_execv = (execv_fn)dlsym(RTLD_NEXT, "execv");
+    real_execvp = (execv_fn)dlsym(RTLD_NEXT, "execvp");
+    real_fexecve = (fexecve_fn)dlsym(RTLD_NEXT, "fexecve");
 }
 
 /* Runs the real call between mlz__exec_before and mlz__exec_failed. */
@@ -35,40 +44,40 @@ static void *real(const char *name)
 
 MLZ_EXPORT int execve(const char *path, char *const argv[], char *const envp[])
 {
-    static execve_fn f;
-    if (!f && !(f = (execve_fn)real("execve"))) { errno = ENOSYS; return -1; }
+    execve_fn f = real_execve;
+    if (!f) { errno = ENOSYS; return -1; }
     mlz__exec_before(path, 0, argv, envp);
     WRAP(f(path, argv, envp));
 }
 
 MLZ_EXPORT int execvpe(const char *file, char *const argv[], char *const envp[])
 {
-    static execve_fn f;
-    if (!f && !(f = (execve_fn)real("execvpe"))) { errno = ENOSYS; return -1; }
+    execve_fn f = real_execvpe;
+    if (!f) { errno = ENOSYS; return -1; }
     mlz__exec_before(file, 1, argv, envp);
     WRAP(f(file, argv, envp));
 }
 
 MLZ_EXPORT int execv(const char *path, char *const argv[])
 {
-    static execv_fn f;
-    if (!f && !(f = (execv_fn)real("execv"))) { errno = ENOSYS; return -1; }
+    execv_fn f = real_execv;
+    if (!f) { errno = ENOSYS; return -1; }
     mlz__exec_before(path, 0, argv, environ);
     WRAP(f(path, argv));
 }
 
 MLZ_EXPORT int execvp(const char *file, char *const argv[])
 {
-    static execv_fn f;
-    if (!f && !(f = (execv_fn)real("execvp"))) { errno = ENOSYS; return -1; }
+    execv_fn f = real_execvp;
+    if (!f) { errno = ENOSYS; return -1; }
     mlz__exec_before(file, 1, argv, environ);
     WRAP(f(file, argv));
 }
 
 MLZ_EXPORT int fexecve(int fd, char *const argv[], char *const envp[])
 {
-    static fexecve_fn f;
-    if (!f && !(f = (fexecve_fn)real("fexecve"))) { errno = ENOSYS; return -1; }
+    fexecve_fn f = real_fexecve;
+    if (!f) { errno = ENOSYS; return -1; }
     mlz__exec_before(NULL, 0, argv, envp);
     WRAP(f(fd, argv, envp));
 }

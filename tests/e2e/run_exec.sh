@@ -22,7 +22,8 @@ functions() { "$MEMLYZE" dump "$1" | sed -n 3p | python3 -c "
 import json, sys; print('\n'.join(json.loads(sys.stdin.read()[5:])['functions'].values()))"; }
 images() { "$MEMLYZE" dump "$1" | sed -n 3p | python3 -c "
 import json, sys; print(len(json.loads(sys.stdin.read()[5:]).get('images', [0])))"; }
-
+export -f functions images
+export MEMLYZE
 # known_exact NAME FILE: the trace holds known's sites, exactly, and nothing
 # else live but libc's few blocks.
 known_exact() {
@@ -52,6 +53,9 @@ run_row shexec -- sh -c "exec '$T/known'"
 known_exact "sh -c exec" "$T/shexec.mlyze"
 check "sh -c exec: exec MARKER names the new command line" bash -c "'$MEMLYZE' dump '$T/shexec.mlyze' | sed -n 3p | grep -q '\"exec: $T/known\"'"
 check "sh -c exec: summary says the exec was followed" grep -q "1 exec followed" "$T/shexec.err"
+
+run_row gotexec --got -- sh -c "exec '$T/known'"
+known_exact "--got sh -c exec (no exec hooks in GOT mode)" "$T/gotexec.mlyze"
 
 run_row env -- env X=1 "$T/known"
 known_exact "env X=1" "$T/env.mlyze"
@@ -108,16 +112,18 @@ check "posix_spawn without --follow-fork: the parent's trace has no known sites"
     test "$(site_bytes <("$MEMLYZE" top --json -n 50 --frames 4 "$T/nospawn.mlyze") site_malloc)" = 0
 
 # g++ forks and execs cc1plus (and as): each followed child has a trace.
+# Sampled: symbolizing every one of cc1plus's stacks (exact mode) against
+# its stripped symbol table takes minutes.
 if command -v g++ >/dev/null; then
     printf '#include <vector>\n#include <string>\nstd::vector<std::string> v{"a","b"};\nint f(){return (int)v.size();}\n' > "$T/big.cpp"
-    (cd "$T" && "$MEMLYZE" run -r 1 --follow-fork -o "$T/gxx.mlyze" -- g++ -c big.cpp -o big.o) > /dev/null 2> "$T/gxx.err"
+    (cd "$T" && "$MEMLYZE" run -r 16k --follow-fork -o "$T/gxx.mlyze" -- g++ -c big.cpp -o big.o) > /dev/null 2> "$T/gxx.err"
     cc1=$(ls "$T" | grep -E '^gxx\.cc1plus\.[0-9]+\.mlyze$' | head -1)
     check "g++ --follow-fork: cc1plus has its own trace" test -n "$cc1"
     [ -n "$cc1" ] && check "g++ --follow-fork: cc1plus trace valid" "$MEMLYZE" validate "$T/$cc1"
     [ -n "$cc1" ] && check "g++ --follow-fork: cc1plus's allocations recorded" python3 -c "
 import json, subprocess, sys
 d = json.loads(subprocess.run(['$MEMLYZE', 'top', '--json', '$T/$cc1'], capture_output=True, text=True).stdout)
-sys.exit(0 if d['samples'] > 1000 else 1)"
+sys.exit(0 if d['samples'] > 100 else 1)"
 else
     echo "SKIP: g++ --follow-fork (no g++)"
 fi
@@ -157,5 +163,4 @@ fi
 # Sampled mode through a wrapper: still one valid trace.
 (cd "$T" && "$MEMLYZE" run -o "$T/sampled.mlyze" -- sh -c "exec '$T/known'") > /dev/null 2>&1
 check "sampled sh -c exec: valid trace" "$MEMLYZE" validate "$T/sampled.mlyze"
-check "run: leaves no spool directory behind" bash -c "! ls -d /tmp/memlyze-run.* 2>/dev/null | xargs -r -n1 sh -c 'test \"\$(stat -c %U \"\$0\")\" = root && ls \"\$0\"' | grep -q ."
 finish
