@@ -21,6 +21,7 @@
 
 #include <elf.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -51,46 +52,6 @@ static unsigned long parse_ulong(const char *s)
     return v;
 }
 
-/* Does segment PATH exist, sealed or still being (or left) written? */
-static int segment_exists(const char *path, pid_t pid)
-{
-    char tmp[sizeof mlz__g.spool_path + 32];
-    if (access(path, F_OK) == 0) return 1;
-    size_t n = strlen(path);
-    if (n + 1 > sizeof tmp) return 0;
-    memcpy(tmp, path, n + 1);
-    if (append_num(tmp, sizeof tmp, ".", (unsigned long)pid)) return 0;
-    n = strlen(tmp);
-    if (n + 5 > sizeof tmp) return 0;
-    memcpy(tmp + n, ".tmp", 5);
-    return access(tmp, F_OK) == 0;
-}
-
-int mlz__exec_choose_spool(int fork_child)
-{
-    pid_t pid = (pid_t)syscall(SYS_getpid);
-    mlz__g.pid = pid;
-    exec_seq = 0;
-    if (!mlz__g.spool_path[0]) {
-        mlz__default_spool_path();    /* memlyze.PID.spool: already per process */
-    } else {
-        /* `memlyze run` names its own process; anyone else is a descendant,
-         * profiled into PATH.PID with --follow-fork and not at all without. */
-        const char *root = getenv("MEMLYZE_ROOT_PID");
-        int descendant = fork_child || (root && parse_ulong(root) != (unsigned long)pid);
-        if (descendant && !mlz__g.follow_fork) return -1;
-        if (descendant && append_num(mlz__g.spool_path, sizeof mlz__g.spool_path, ".", (unsigned long)pid))
-            return -1;
-    }
-    size_t base = strlen(mlz__g.spool_path);
-    for (unsigned k = 0; k < 100000; k++) {
-        mlz__g.spool_path[base] = 0;
-        if (k && append_num(mlz__g.spool_path, sizeof mlz__g.spool_path, ".exec", k)) return -1;
-        if (!segment_exists(mlz__g.spool_path, pid)) { exec_seq = k; return 0; }
-    }
-    return -1;
-}
-
 /* Process start time in clock ticks (field 22 of /proc/self/stat): with the
  * pid it names one process, whatever it execs, and never a later one that
  * got the same pid. */
@@ -110,6 +71,87 @@ static unsigned long long start_ticks(void)
     unsigned long long v = 0;
     for (; *p >= '0' && *p <= '9'; p++) v = v * 10 + (unsigned long long)(*p - '0');
     return v;
+}
+
+/* The number after "key": in a spool's metadata (a key, never text inside
+ * a string: there its quotes are escaped); ULLONG_MAX when absent. */
+static unsigned long long meta_num(const char *meta, size_t len, const char *key)
+{
+    const char *p = memmem(meta, len, key, strlen(key));
+    if (!p) return ~0ull;
+    p += strlen(key);
+    unsigned long long v = 0;
+    for (; p < meta + len && *p >= '0' && *p <= '9'; p++) v = v * 10 + (unsigned long long)(*p - '0');
+    return v;
+}
+
+enum { SEG_NONE, SEG_OURS, SEG_OTHER };
+
+/* Is segment PATH there (sealed, or PATH.PID.tmp still being or left
+ * written), and written by this process (same pid and start time)? */
+static int segment_owner(const char *path, pid_t pid, unsigned long long ticks)
+{
+    char tmp[sizeof mlz__g.spool_path + 32];
+    static char meta[12288];
+    size_t n = strlen(path);
+    if (n + 1 > sizeof tmp) return SEG_NONE;
+    memcpy(tmp, path, n + 1);
+    if (append_num(tmp, sizeof tmp, ".", (unsigned long)pid)) return SEG_NONE;
+    n = strlen(tmp);
+    if (n + 5 > sizeof tmp) return SEG_NONE;
+    memcpy(tmp + n, ".tmp", 5);
+    int unsealed = 1, fd = open(tmp, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) { unsealed = 0; fd = open(path, O_RDONLY | O_CLOEXEC); }
+    if (fd < 0) return SEG_NONE;
+    ssize_t k = read(fd, meta, sizeof meta);
+    close(fd);
+    if (k <= 0 || meta_num(meta, (size_t)k, "\"pid\":") != (unsigned long long)pid ||
+        meta_num(meta, (size_t)k, "\"start_ticks\":") != ticks)
+        return SEG_OTHER;
+    /* Our earlier image's, left unsealed by its exec: its writer is gone,
+     * so it gets its final name (readers take it up to its last event). */
+    if (unsealed) rename(tmp, path);
+    return SEG_OURS;
+}
+
+int mlz__exec_choose_spool(int fork_child)
+{
+    pid_t pid = (pid_t)syscall(SYS_getpid);
+    mlz__g.pid = pid;
+    exec_seq = 0;
+    if (!mlz__g.spool_path[0]) {
+        mlz__default_spool_path();    /* memlyze.PID.spool: already per process */
+    } else {
+        /* `memlyze run` names its own process; anyone else is a descendant,
+         * profiled into PATH.PID with --follow-fork and not at all without. */
+        const char *root = getenv("MEMLYZE_ROOT_PID");
+        int descendant = fork_child || (root && parse_ulong(root) != (unsigned long)pid);
+        if (descendant && !mlz__g.follow_fork) return -1;
+        if (descendant && append_num(mlz__g.spool_path, sizeof mlz__g.spool_path, ".", (unsigned long)pid))
+            return -1;
+    }
+    /* Our images' segments come first (PATH, PATH.exec1, ...): this image
+     * writes the one after the last of them. A segment of another process
+     * (the same pid before, or an earlier run) is replaced when it is where
+     * our first image goes, unless memlyze run collects both (its directory
+     * is fresh, so it only holds such a file after a pid was reused). */
+    size_t base = strlen(mlz__g.spool_path);
+    unsigned long long ticks = start_ticks();
+    int keep_others = getenv("MEMLYZE_ROOT_PID") != NULL;
+    unsigned next = 0, first_free = ~0u;
+    for (unsigned k = 0; k < 100000; k++) {
+        mlz__g.spool_path[base] = 0;
+        if (k && append_num(mlz__g.spool_path, sizeof mlz__g.spool_path, ".exec", k)) return -1;
+        int o = segment_owner(mlz__g.spool_path, pid, ticks);
+        if (o == SEG_OURS) next = k + 1;
+        if (o == SEG_NONE) { first_free = k; break; }
+    }
+    if (!next && keep_others) next = first_free;
+    if (next == ~0u) return -1;
+    exec_seq = next;
+    mlz__g.spool_path[base] = 0;
+    if (next && append_num(mlz__g.spool_path, sizeof mlz__g.spool_path, ".exec", next)) return -1;
+    return 0;
 }
 
 void mlz__exec_meta(struct mlz_jw *w)

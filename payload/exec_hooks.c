@@ -90,49 +90,36 @@ static size_t count_args(va_list ap)
     return n;
 }
 
-#define COLLECT(arg0, argv, n, ap)                      \
-    argv[0] = (char *)(arg0);                           \
-    for (size_t i_ = 1; i_ <= (n); i_++) argv[i_] = va_arg(ap, char *);
+/* Declares argv: arg and the variadic arguments up to their NULL (copied
+ * too), on the stack; leaves ap just past that NULL (execle's envp). */
+#define ARGV_FROM_VA(arg, argv, ap)                                     \
+    va_list ap, cp_;                                                    \
+    va_start(ap, arg);                                                  \
+    va_copy(cp_, ap);                                                   \
+    size_t n_ = count_args(cp_);                                        \
+    va_end(cp_);                                                        \
+    char *argv[n_ + 1];                                                 \
+    argv[0] = (char *)(arg);                                            \
+    for (size_t i_ = 1; i_ <= n_; i_++) argv[i_] = va_arg(ap, char *);
 
 MLZ_EXPORT int execl(const char *path, const char *arg, ...)
 {
-    va_list ap, cp;
-    va_start(ap, arg);
-    va_copy(cp, ap);
-    size_t n = count_args(cp);
-    va_end(cp);
-    char *argv[n + 1];
-    COLLECT(arg, argv, n, ap);
+    ARGV_FROM_VA(arg, argv, ap);
     va_end(ap);
-    argv[n] = NULL;
     return execv(path, argv);
 }
 
 MLZ_EXPORT int execlp(const char *file, const char *arg, ...)
 {
-    va_list ap, cp;
-    va_start(ap, arg);
-    va_copy(cp, ap);
-    size_t n = count_args(cp);
-    va_end(cp);
-    char *argv[n + 1];
-    COLLECT(arg, argv, n, ap);
+    ARGV_FROM_VA(arg, argv, ap);
     va_end(ap);
-    argv[n] = NULL;
     return execvp(file, argv);
 }
 
 MLZ_EXPORT int execle(const char *path, const char *arg, ...)
 {
-    va_list ap, cp;
-    va_start(ap, arg);
-    va_copy(cp, ap);
-    size_t n = count_args(cp);
-    va_end(cp);
-    char *argv[n + 1];
-    COLLECT(arg, argv, n, ap);
+    ARGV_FROM_VA(arg, argv, ap);
     char *const *envp = va_arg(ap, char *const *);
     va_end(ap);
-    argv[n] = NULL;
     return execve(path, argv, envp);
 }

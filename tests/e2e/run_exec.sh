@@ -160,6 +160,18 @@ else
     echo "SKIP: setuid exec (needs root and setpriv to run as nobody)"
 fi
 
+# Plain LD_PRELOAD (no memlyze run), the same MEMLYZE_SPOOL twice: the
+# second process replaces the first one's spool; it is not taken for an
+# exec of it. Through a wrapper, the exec'd image writes SPOOL.exec1.
+for i in 1 2; do
+    LD_PRELOAD="$B/lib/libmemlyze-preload.so" MEMLYZE_SPOOL="$T/plain.spool" MEMLYZE_RATE=1 "$T/known" > /dev/null
+done
+check "plain preload twice: one spool, no .exec1" bash -c "[ -f '$T/plain.spool' ] && ! ls '$T' | grep -q 'plain.spool.exec'"
+LD_PRELOAD="$B/lib/libmemlyze-preload.so" MEMLYZE_SPOOL="$T/plainw.spool" MEMLYZE_RATE=1 sh -c "exec '$T/known'" > /dev/null
+check "plain preload through sh -c exec: SPOOL and SPOOL.exec1" test -f "$T/plainw.spool" -a -f "$T/plainw.spool.exec1"
+check "plain preload: memlyze finalize stitches the two" "$MEMLYZE" finalize -o "$T/plainw.mlyze" "$T/plainw.spool" "$T/plainw.spool.exec1"
+known_exact "plain preload, finalized from two spools" "$T/plainw.mlyze"
+
 # Sampled mode through a wrapper: still one valid trace.
 (cd "$T" && "$MEMLYZE" run -o "$T/sampled.mlyze" -- sh -c "exec '$T/known'") > /dev/null 2>&1
 check "sampled sh -c exec: valid trace" "$MEMLYZE" validate "$T/sampled.mlyze"
