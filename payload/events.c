@@ -26,6 +26,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/futex.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
@@ -159,6 +160,7 @@ static _Atomic int note_ready;
 /* Flush requests (exec.c, before an exec): the drain thread answers each
  * round by writing its buffer out. */
 static _Atomic uint64_t flush_req, flush_done;
+static _Atomic uint32_t flush_wake;        /* futex word: requests wake the drain, flushes the waiter */
 
 void mlz__spool_note(unsigned type, const char *text, size_t len)
 {
@@ -310,7 +312,11 @@ static void *drain_main(void *arg)
     unsigned round = 0;
     while (!atomic_load(&drain_stop)) {
         struct timespec ts = { 0, mlz__g.rate <= 1 ? DRAIN_PERIOD_NS / 10 : DRAIN_PERIOD_NS };
-        nanosleep(&ts, NULL);
+        /* A futex sleep, so that a flush request (an exec waiting) wakes us
+         * at once; the check before it catches a request made earlier. */
+        uint32_t w = atomic_load(&flush_wake);
+        if (atomic_load(&flush_req) == atomic_load(&flush_done))
+            syscall(SYS_futex, &flush_wake, FUTEX_WAIT_PRIVATE, w, &ts, NULL, 0);
         uint64_t fr = atomic_load(&flush_req);   /* before d: covers what was pushed */
         if (mlz_modtab_changed()) mlz_modtab_refresh();
         uint64_t d = mlz__now_ns();
@@ -321,6 +327,8 @@ static void *drain_main(void *arg)
             if (mlz_writer_end_block(&spool))
                 atomic_fetch_add_explicit(&mlz__g.c.spool_errors, 1, memory_order_relaxed);
             atomic_store(&flush_done, fr);
+            atomic_fetch_add(&flush_wake, 1);       /* the waiter sleeps on it too */
+            syscall(SYS_futex, &flush_wake, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
         }
         if (++round % 100 == 0) {
             reclaim_rings();
@@ -467,9 +475,13 @@ int mlz__drain_flush(void)
 {
     if (!atomic_load(&drain_running)) return -1;
     uint64_t want = atomic_fetch_add(&flush_req, 1) + 1;
+    atomic_fetch_add(&flush_wake, 1);
+    syscall(SYS_futex, &flush_wake, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
     for (int i = 0; i < 200 && atomic_load(&flush_done) < want && atomic_load(&drain_running); i++) {
+        uint32_t w = atomic_load(&flush_wake);
         struct timespec ts = { 0, 1000000 };
-        nanosleep(&ts, NULL);
+        if (atomic_load(&flush_done) < want)
+            syscall(SYS_futex, &flush_wake, FUTEX_WAIT_PRIVATE, w, &ts, NULL, 0);
     }
     return atomic_load(&flush_done) >= want ? 0 : -1;
 }

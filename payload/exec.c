@@ -235,9 +235,13 @@ void mlz__exec_before(const char *file, int search, char *const argv[], char *co
         return;
     static char path[4096], rec[8192];
     const char *why = NULL;
-    if (file && resolve(file, search, path, sizeof path) == 0) why = why_unprofiled(path, envp);
-    else if (file) memcpy(path, file, strnlen(file, sizeof path - 1) + 1), path[sizeof path - 1] = 0;
-    else path[0] = 0;
+    path[0] = 0;
+    if (file) {
+        /* A shell searching PATH tries execve in every directory: the ones
+         * that must fail cost nothing here (no record, no flush). */
+        if (resolve(file, search, path, sizeof path) || access(path, X_OK)) return;
+        why = why_unprofiled(path, envp);
+    }
     /* "E" reason TAB path TAB argv joined by spaces (FORMAT.md, EXEC). */
     size_t n = 0;
     put(rec, sizeof rec, &n, "E");
