@@ -399,6 +399,12 @@ int mlz_finalize_segments(const char *const *spools, size_t n, const char *out, 
             goto out;
         }
         roots[s] = json_incref(m->root);
+        json_t *pid0 = json_object_get(roots[0], "pid"), *pid = json_object_get(m->root, "pid");
+        if (s && json_is_integer(pid0) && json_is_integer(pid) && json_integer_value(pid0) != json_integer_value(pid)) {
+            ferr(err, errlen, "%s: pid %lld, not an image of %s's process (pid %lld)", sp,
+                 (long long)json_integer_value(pid), spools[0], (long long)json_integer_value(pid0));
+            goto out;
+        }
         starts[s] = mlz_reader_header(r)->start_us;
         f.seg = (uint32_t)s;
         f.id_offs[s] = f.id_off = f.max_id;

@@ -171,6 +171,9 @@ LD_PRELOAD="$B/lib/libmemlyze-preload.so" MEMLYZE_SPOOL="$T/plainw.spool" MEMLYZ
 check "plain preload through sh -c exec: SPOOL and SPOOL.exec1" test -f "$T/plainw.spool" -a -f "$T/plainw.spool.exec1"
 check "plain preload: memlyze finalize stitches the two" "$MEMLYZE" finalize -o "$T/plainw.mlyze" "$T/plainw.spool" "$T/plainw.spool.exec1"
 known_exact "plain preload, finalized from two spools" "$T/plainw.mlyze"
+check "finalize: spools of two processes are refused, in one line" bash -c "
+    out=\$('$MEMLYZE' finalize -o '$T/mixed.mlyze' '$T/plain.spool' '$T/plainw.spool.exec1' 2>&1); rc=\$?
+    [ \$rc -ne 0 ] && grep -q 'not an image of' <<<\"\$out\" && [ \$(wc -l <<<\"\$out\") -eq 1 ] && [ ! -e '$T/mixed.mlyze' ]"
 
 # Sampled mode through a wrapper: still one valid trace.
 (cd "$T" && "$MEMLYZE" run -o "$T/sampled.mlyze" -- sh -c "exec '$T/known'") > /dev/null 2>&1
