@@ -142,6 +142,12 @@ else
     echo "SKIP: static exec (no static libc)"
 fi
 
+# A wrapper that drops LD_PRELOAD: said so at the end of the trace.
+(cd "$T" && "$MEMLYZE" run -r 1 -o "$T/unset.mlyze" -- env -u LD_PRELOAD "$T/known") > "$T/unset.out" 2> "$T/unset.err"
+check "env -u LD_PRELOAD: the program ran" grep -q "known: 580 blocks held" "$T/unset.out"
+check "env -u LD_PRELOAD: valid trace" "$MEMLYZE" validate "$T/unset.mlyze"
+check "env -u LD_PRELOAD: marker says why" bash -c "functions '$T/unset.mlyze' | grep -q '^exec not profiled (LD_PRELOAD removed from its environment)'"
+
 # exec of a setuid program by a non-root user: the loader ignores
 # LD_PRELOAD (secure mode); the trace says so.
 if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null; then
@@ -175,7 +181,8 @@ check "finalize: spools of two processes are refused, in one line" bash -c "
     out=\$('$MEMLYZE' finalize -o '$T/mixed.mlyze' '$T/plain.spool' '$T/plainw.spool.exec1' 2>&1); rc=\$?
     [ \$rc -ne 0 ] && grep -q 'not an image of' <<<\"\$out\" && [ \$(wc -l <<<\"\$out\") -eq 1 ] && [ ! -e '$T/mixed.mlyze' ]"
 
-# Sampled mode through a wrapper: still one valid trace.
-(cd "$T" && "$MEMLYZE" run -o "$T/sampled.mlyze" -- sh -c "exec '$T/known'") > /dev/null 2>&1
-check "sampled sh -c exec: valid trace" "$MEMLYZE" validate "$T/sampled.mlyze"
+# Sampled mode through a wrapper, LZ4-compressed: still one valid trace.
+(cd "$T" && "$MEMLYZE" run -z -o "$T/sampled.mlyze" -- sh -c "exec '$T/known'") > /dev/null 2>&1
+check "sampled -z sh -c exec: valid trace" "$MEMLYZE" validate "$T/sampled.mlyze"
+check "sampled -z sh -c exec: compressed, with its index" test -f "$T/sampled.mlyze.idx"
 finish
