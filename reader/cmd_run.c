@@ -140,7 +140,7 @@ static int write_one(seg_file *segs, size_t n, const char *target, int compress,
         fprintf(stderr, "memlyze run: %s ended before its profile was sealed; keeping what it wrote\n",
                 segs[n - 1].child ? "a child" : "the program");
     if (coverage) print_coverage(target);
-    fprintf(stderr, "memlyze run: wrote %s: %s (pid %ld), %llu allocations of %llu bytes, %llu live at exit (%llu bytes)",
+    fprintf(stderr, "memlyze run: wrote %s: %s (pid %ld), %llu allocations recorded (%llu bytes), %llu live at the end (%llu bytes)",
             target, prog, pid, (unsigned long long)sum.allocs, (unsigned long long)sum.alloc_bytes,
             (unsigned long long)sum.live, (unsigned long long)sum.live_bytes);
     if (sum.images > 1) fprintf(stderr, ", %zu exec%s followed", sum.images - 1, sum.images > 2 ? "s" : "");
