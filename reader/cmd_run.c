@@ -263,10 +263,8 @@ static int run(int argc, char **argv)
     int st;
     while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {}
     int code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-    if (WIFEXITED(st) && code == 127 && access(spool, F_OK) != 0) {
-        rmdir(dir);
-        return 127;
-    }
+    /* 127 and nothing written: the command could not be run at all. */
+    if (WIFEXITED(st) && code == 127 && rmdir(dir) == 0) return 127;
 
     char def[64];
     if (!out) { snprintf(def, sizeof def, "memlyze.%d.mlyze", (int)pid); out = def; }
@@ -280,14 +278,17 @@ const mlz_command cmd_run = {
     "usage: memlyze run [-r BYTES] [-o FILE] [--unwind fp|dwarf] [-z] [--follow-fork] [--got] [--coverage] -- CMD [ARGS]\n"
     "\n"
     "Runs CMD with the memlyze sampler preloaded (LD_PRELOAD) and, when it\n"
-    "exits, writes its symbolized trace. Exits with CMD's status.\n"
+    "exits, writes its symbolized trace. Exits with CMD's status. An exec keeps\n"
+    "the profile going (wrappers: sh -c 'exec ...', env, nice, timeout...): the\n"
+    "trace marks it and ends what the old image held. Prints one line per file.\n"
     "  -r, --rate BYTES    mean bytes between samples (default 512k; 1 = every allocation)\n"
     "  -o, --output FILE   the trace (default memlyze.PID.mlyze)\n"
     "  --unwind fp|dwarf   stack unwinder (default dwarf: also walks code built without\n"
     "                      frame pointers; fp is cheaper per sample)\n"
     "  --seed N            fixed sampling seed (reproducible runs)\n"
     "  -z, --compress      LZ4-compressed trace with an index\n"
-    "  --follow-fork       profile forked children too (FILE.PROG.PID.mlyze each)\n"
+    "  --follow-fork       profile children (fork, posix_spawn) too: FILE.PROG.PID.mlyze\n"
+    "                      each, FILE without its .mlyze; without it they run unprofiled\n"
     "  --got               patch GOT slots instead of interposing (the attach path)\n"
     "  --coverage          with --got: print what GOT patching cannot see (blind spots)\n",
 };

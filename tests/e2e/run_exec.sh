@@ -98,6 +98,11 @@ known_exact "failed exec, then exec" "$T/fail.mlyze"
 check "failed exec: no 'not profiled' marker" bash -c "! functions '$T/fail.mlyze' | grep -q 'not profiled'"
 check "failed exec: 2 images" test "$(images "$T/fail.mlyze")" = 2
 
+# A shell whose exec fails exits 127: its status is kept, its trace written.
+(cd "$T" && "$MEMLYZE" run -o "$T/x127.mlyze" -- sh -c 'exec /nonexistent/program') > /dev/null 2>&1
+check "exec fails, sh exits 127: status kept" test $? -eq 127
+check "exec fails, sh exits 127: trace written and valid" "$MEMLYZE" validate "$T/x127.mlyze"
+
 # posix_spawn (vfork + exec): followed with --follow-fork, not without.
 (cd "$T" && "$MEMLYZE" run -r 1 --follow-fork -o "$T/spawn.mlyze" -- ./execer spawn "$T/known") > "$T/spawn.out" 2> "$T/spawn.err"
 kid=$(ls "$T" | grep -E '^spawn\.known\.[0-9]+\.mlyze$' | head -1)
