@@ -88,6 +88,15 @@ check "self exec: valid trace" "$MEMLYZE" validate "$T/self.mlyze"
 check "self exec: site_final live bytes exact (36000)" test "$(site_bytes "$T/self.json" site_final)" = 36000
 check "self exec: the old image's site_before is not live" test "$(site_bytes "$T/self.json" site_before)" = 0
 check "self exec: MARKER with the new argument" bash -c "functions '$T/self.mlyze' | grep -qx 'exec: ./execer final'"
+check "self exec: each image's stacks symbolized against its own modules" bash -c "
+    f=\$(functions '$T/self.mlyze'); grep -qx site_before <<<\"\$f\" && grep -qx site_final <<<\"\$f\""
+check "self exec: stack ids of the two images do not overlap" python3 -c "
+import json, subprocess, sys
+lines = subprocess.run(['$MEMLYZE', 'dump', '$T/self.mlyze'], capture_output=True, text=True).stdout.splitlines()
+meta = json.loads(lines[2][5:]); funcs = meta['functions']
+def names(i): return {funcs[str(fr['func_id'])] for fr in meta['stack_traces'][i]}
+ids = [i for i in meta['stack_traces'] if 'site_before' in names(i) or 'site_final' in names(i)]
+sys.exit(0 if len(ids) >= 2 and not any('site_before' in names(i) and 'site_final' in names(i) for i in ids) else 1)"
 check "self exec: both images' allocations are in the history (70 + libc)" python3 -c "
 import json, sys; d=json.load(open('$T/self.json')); sys.exit(0 if d['samples'] >= 70 else 1)"
 
