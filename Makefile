@@ -82,9 +82,10 @@ $(LIBREADER): $(filter-out %/main.o,$(READER_OBJ))
 
 # The injected library: libc is its only runtime dependency, so it loads in
 # any target (containers, other mount namespaces) that has a glibc.
-# libmemlyze-preload.so adds preload.c: exported malloc, free, ... for LD_PRELOAD.
+# libmemlyze-preload.so adds preload.c: exported malloc, free, ... for LD_PRELOAD,
+# and exec_hooks.c: the exec family, flushing the profile before an exec.
 PAYLOAD_LINK = $(CC) $(LDFLAGS) -shared -Wl,-z,now -Wl,--no-undefined -o $@ $^ -lpthread -lm -ldl
-$(O)/lib/libmemlyze.so: $(filter-out %/preload.o,$(PAYLOAD_OBJ)) $(LIBGOT) $(LIBCORE) $(LIBFORMAT)
+$(O)/lib/libmemlyze.so: $(filter-out %/preload.o %/exec_hooks.o,$(PAYLOAD_OBJ)) $(LIBGOT) $(LIBCORE) $(LIBFORMAT)
 	@mkdir -p $(@D)
 	$(PAYLOAD_LINK)
 $(O)/lib/libmemlyze-preload.so: $(PAYLOAD_OBJ) $(LIBGOT) $(LIBCORE) $(LIBFORMAT)

@@ -70,6 +70,31 @@ int main(int argc, char **argv)
     memset(&l, 0, sizeof l);
 
     if ((rc = mlz__preflight(pid, MLZ_PRE_ALLOW_SECCOMP, &t))) goto fail;
+    if (!t.payload_mapped && mlz__state_read(pid, &st) == 0) {
+        /* Attached, yet no payload: the process exec'd (a detached payload
+         * stays mapped). Keep what the old image wrote, as a valid trace. */
+        char left[4300];
+        const char *result = "the old image left no spool";
+        if (output && (rc = mlz__abspath(output, st.output, sizeof st.output))) goto fail;
+        if (mlz__state_spool_left(pid, &st, left, sizeof left) == 0) {
+            result = left;
+            if (finalize && access(st.output, F_OK) == 0) {
+                mlz__err("%s exists: not replacing it (use -o)", st.output);
+                rc = MLZ_INJ_EREFUSE;
+                goto fail;
+            }
+            if (finalize) {
+                if ((rc = mlz__finalize(left, st.output))) goto fail;
+                if (geteuid() == 0 && t.uid != 0 && lchown(st.output, t.uid, (gid_t)-1)) {}
+                unlink(left);
+                result = st.output;
+            }
+        }
+        mlz__state_remove(pid, &st, 1);
+        fprintf(stderr, "memlyze-detach: process %d (now %s) has exec'd since memlyze-attach: the payload went "
+                "with its old image, nothing is left to detach; trace up to the exec: %s\n", (int)pid, t.comm, result);
+        return 0;
+    }
     if (!t.payload_mapped) {
         mlz__err("process %d (%s) is not attached: no memlyze payload is loaded in it", (int)pid, t.comm);
         rc = MLZ_INJ_ESTATE;

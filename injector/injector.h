@@ -277,6 +277,8 @@ typedef struct mlz_state {
 int  mlz__state_prepare(pid_t pid, uid_t uid, mlz_state *s);
 int  mlz__state_write(pid_t pid, const mlz_state *s);   /* as state.new */
 int  mlz__state_commit(const mlz_state *s);              /* state.new -> state */
+/* The spool the payload left (sealed, or unsealed after an exec) into out. */
+int  mlz__state_spool_left(pid_t pid, const mlz_state *s, char *out, size_t cap);
 void mlz__state_abort(const mlz_state *s);               /* a failed attach: drop ours only */
 int  mlz__state_read(pid_t pid, mlz_state *s);      /* MLZ_INJ_ESTATE when there is none */
 void mlz__state_remove(pid_t pid, const mlz_state *s, int keep_spool);

@@ -189,7 +189,7 @@ static int is_idle_drain(pid_t pid, const mlz_thread *t)
 {
     char name[64];
     long nr = (long)t->regs.orig_rax;
-    return (nr == SYS_nanosleep || nr == SYS_clock_nanosleep) &&
+    return (nr == SYS_nanosleep || nr == SYS_clock_nanosleep || nr == SYS_futex) &&
            !strcmp(mlz__thread_name(pid, t->tid, name, sizeof name), MLZ_DRAIN_THREAD_NAME);
 }
 

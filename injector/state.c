@@ -125,6 +125,16 @@ int mlz__state_read(pid_t pid, mlz_state *s)
     return 0;
 }
 
+int mlz__state_spool_left(pid_t pid, const mlz_state *s, char *out, size_t cap)
+{
+    /* Sealed by a detach, or still "<spool>.PID.tmp": its writer is gone
+     * (the process exec'd) and it is readable up to its last whole event. */
+    snprintf(out, cap, "%s", s->spool_ours);
+    if (access(out, F_OK) == 0) return 0;
+    snprintf(out, cap, "%s.%d.tmp", s->spool_ours, (int)pid);
+    return access(out, F_OK) == 0 ? 0 : -1;
+}
+
 void mlz__state_remove(pid_t pid, const mlz_state *s, int keep_spool)
 {
     char path[300];

@@ -239,6 +239,7 @@ __attribute__((constructor)) static void got_mode_from_env(void)
     const char *m = getenv("MEMLYZE_MODE");
     if (&mlz__preload_build || !m || strcmp(m, "got")) return;
     mlz__config_from_env();
+    if (mlz__exec_choose_spool(0)) return;     /* a descendant not to follow */
     if (got_attach()) {
         static const char msg[] = "memlyze: cannot start in GOT mode; allocations pass through untracked\n";
         if (write(2, msg, sizeof msg - 1)) {}

@@ -75,19 +75,7 @@ void mlz__atfork_child(void)
     mlz__g.ready = 0;
     mlz__g.spool_path[0] = 0;
     mlz__config_from_env();
-    if (mlz__g.spool_path[0]) {
-        /* MEMLYZE_SPOOL names the parent's file: the child appends .PID. */
-        size_t n = strlen(mlz__g.spool_path);
-        char num[16];
-        int k = 0;
-        unsigned long p = (unsigned long)mlz__g.pid;
-        do { num[k++] = (char)('0' + p % 10); p /= 10; } while (p);
-        if (n + (size_t)k + 2 < sizeof mlz__g.spool_path) {
-            mlz__g.spool_path[n++] = '.';
-            while (k) mlz__g.spool_path[n++] = num[--k];
-            mlz__g.spool_path[n] = 0;
-        }
-    }
+    if (mlz__exec_choose_spool(1)) return;     /* PATH.PID, or memlyze.PID.spool */
     mlz__tls.ring = NULL;
     mlz__start();
 }
@@ -97,6 +85,7 @@ __attribute__((constructor)) static void payload_load(void)
     if (!&mlz__preload_build) return;
     mlz__config_from_env();
     pthread_atfork(NULL, NULL, mlz__atfork_child);
+    if (mlz__exec_choose_spool(0)) return;     /* a descendant not to follow */
     mlz__start();
 }
 

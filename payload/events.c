@@ -26,6 +26,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/futex.h>
 #include <pthread.h>
 #include <sys/prctl.h>
 #include <sched.h>
@@ -161,6 +162,11 @@ static char note_buf[MLZ_EXT_MAX];
 static size_t note_len;
 static unsigned note_type;
 static _Atomic int note_ready;
+
+/* Flush requests (exec.c, before an exec): the drain thread answers each
+ * round by writing its buffer out. */
+static _Atomic uint64_t flush_req, flush_done;
+static _Atomic uint32_t flush_wake;        /* futex word: requests wake the drain, flushes the waiter */
 
 void mlz__spool_note(unsigned type, const char *text, size_t len)
 {
@@ -314,14 +320,33 @@ static void *drain_main(void *arg)
     unsigned round = 0;
     while (atomic_load(&drain_gen) == gen) {
         struct timespec ts = { 0, mlz__g.rate <= 1 ? DRAIN_PERIOD_NS / 10 : DRAIN_PERIOD_NS };
-        nanosleep(&ts, NULL);
+        /* A futex sleep, so that a flush request (an exec waiting) wakes us
+         * at once; the check before it catches a request made earlier. */
+        uint32_t w = atomic_load(&flush_wake);
+        if (atomic_load(&flush_req) == atomic_load(&flush_done))
+            syscall(SYS_futex, &flush_wake, FUTEX_WAIT_PRIVATE, w, &ts, NULL, 0);
+        uint64_t fr = atomic_load(&flush_req);   /* before d: covers what was pushed */
         if (atomic_load(&drain_gen) != gen) break;   /* detached while asleep: its memory may be gone */
         if (mlz_modtab_changed()) mlz_modtab_refresh();
         uint64_t d = mlz__now_ns();
         write_modules(to_us(d));
         write_note(to_us(d));
         drain_round(d);
-        if (++round % 100 == 0) reclaim_rings();
+        if (fr != atomic_load(&flush_done)) {
+            if (mlz_writer_end_block(&spool))
+                atomic_fetch_add_explicit(&mlz__g.c.spool_errors, 1, memory_order_relaxed);
+            atomic_store(&flush_done, fr);
+            atomic_fetch_add(&flush_wake, 1);       /* the waiter sleeps on it too */
+            syscall(SYS_futex, &flush_wake, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+        }
+        if (++round % 100 == 0) {
+            reclaim_rings();
+            /* What the process did up to ~1 s ago is on disk even if it
+             * never reaches the destructor (killed, or exec'd while
+             * attached: no exec hook then). */
+            if (fr == atomic_load(&flush_done) && mlz_writer_end_block(&spool))
+                atomic_fetch_add_explicit(&mlz__g.c.spool_errors, 1, memory_order_relaxed);
+        }
     }
     return NULL;
 }
@@ -349,6 +374,7 @@ static void build_meta(size_t *len)
     mlz_jw_end(&w);
     mlz_jw_str(&w, "clock", "realtime");
     mlz_jw_str(&w, "unwind", mlz__g.unwinder == MLZ_UNWIND_FP ? "fp" : "dwarf");
+    mlz__exec_meta(&w);
     mlz_jw_obj(&w, "stack_traces");
     mlz_jw_end(&w);
     mlz_jw_obj(&w, "files");
@@ -453,6 +479,21 @@ void mlz__drain_stop(void)
     if (mlz_writer_close(&spool))
         atomic_fetch_add_explicit(&mlz__g.c.spool_errors, 1, memory_order_relaxed);
     spool_open = 0;
+}
+
+int mlz__drain_flush(void)
+{
+    if (!atomic_load(&drain_running)) return -1;
+    uint64_t want = atomic_fetch_add(&flush_req, 1) + 1;
+    atomic_fetch_add(&flush_wake, 1);
+    syscall(SYS_futex, &flush_wake, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+    for (int i = 0; i < 200 && atomic_load(&flush_done) < want && atomic_load(&drain_running); i++) {
+        uint32_t w = atomic_load(&flush_wake);
+        struct timespec ts = { 0, 1000000 };
+        if (atomic_load(&flush_done) < want)
+            syscall(SYS_futex, &flush_wake, FUTEX_WAIT_PRIVATE, w, &ts, NULL, 0);
+    }
+    return atomic_load(&flush_done) >= want ? 0 : -1;
 }
 
 void mlz__drain_forget(void)

@@ -130,5 +130,13 @@ void mlz__drain_forget(void);        /* fork child: the thread is gone */
 void mlz__drain_release(void);       /* unmaps the rings (detach, quiescent) */
 mlz_unwind_cache *mlz__unwind_cache(void);   /* this thread's, or NULL */
 void mlz__spool_note(unsigned type, const char *text, size_t len); /* written by the drain thread */
+int  mlz__drain_flush(void);         /* waits (bounded) until what is pushed is on disk */
+
+/* exec.c: one process, several images (execve) */
+struct mlz_jw;
+int  mlz__exec_choose_spool(int fork_child); /* this image's segment; -1 = do not profile */
+void mlz__exec_meta(struct mlz_jw *w);       /* exec_seq, start_ticks in the spool metadata */
+void mlz__exec_before(const char *file, int search, char *const argv[], char *const envp[]);
+void mlz__exec_failed(void);
 
 #endif

@@ -20,23 +20,25 @@ static int run(int argc, char **argv)
         else if (c == 'f') force = 1;
         else return cli_usage_error(&cmd_finalize, "bad option");
     }
-    if (argc - optind != 1) return cli_usage_error(&cmd_finalize, "need exactly one SPOOL");
+    if (argc - optind < 1) return cli_usage_error(&cmd_finalize, "need a SPOOL");
     if (!out) return cli_usage_error(&cmd_finalize, "missing -o FILE");
     char err[512];
-    if (mlz_finalize(argv[optind], out, "trace", compress, force, err, sizeof err))
+    if (mlz_finalize_segments((const char *const *)argv + optind, (size_t)(argc - optind), out, "trace",
+                              compress, force, NULL, err, sizeof err))
         return cli_error("finalize", "%s", err);
     return 0;
 }
 
 const mlz_command cmd_finalize = {
     "finalize", run, "symbolize a payload spool into a .mlyze trace",
-    "usage: memlyze finalize [-z] [-f] -o FILE SPOOL\n"
+    "usage: memlyze finalize [-z] [-f] -o FILE SPOOL [SPOOL.exec1 ...]\n"
     "\n"
     "Reads the raw spool the profiler wrote inside a process (stacks as program\n"
     "counters, the module map) and writes FILE: a .mlyze trace whose stacks are\n"
     "resolved with libdw to functions (C++ demangled), files and lines, inlined\n"
     "calls expanded; frames without symbols read module+0xoffset. A spool cut\n"
-    "short by a crash is used up to its last whole event.\n"
+    "short by a crash is used up to its last whole event. Several SPOOLs are the\n"
+    "images of one process that exec'd (PATH, PATH.exec1, ...), stitched in order.\n"
     "  -o, --output FILE   the trace to write (never replaced unless -f)\n"
     "  -z, --compress      LZ4 blocks and a .mlyze.idx index\n"
     "  -f, --force         replace FILE if it exists\n",

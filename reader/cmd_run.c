@@ -55,6 +55,147 @@ static void print_coverage(const char *trace)
     mlz_reader_close(r);
 }
 
+/* One spool file in the run's directory: "spool[.CHILD][.execN]", sealed,
+ * or with ".WRITER.tmp" behind it when its writer never sealed it (exec, or
+ * the program died). */
+typedef struct seg_file {
+    char *path;
+    long child;               /* 0: the process memlyze run started */
+    unsigned long seq;        /* exec number: 0 for the first image */
+    unsigned long long ticks; /* process start time: tells a reused pid apart */
+    int sealed;
+} seg_file;
+
+static int parse_seg(const char *dir, const char *name, seg_file *sf)
+{
+    if (strncmp(name, "spool", 5)) return -1;
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", name + 5);
+    size_t nl = strlen(buf);
+    sf->sealed = !(nl > 4 && !strcmp(buf + nl - 4, ".tmp"));
+    if (!sf->sealed) {
+        buf[nl - 4] = 0;
+        char *dot = strrchr(buf, '.');
+        if (!dot) return -1;
+        *dot = 0;
+    }
+    char *p = buf, *end;
+    sf->child = 0;
+    sf->seq = 0;
+    if (p[0] == '.' && p[1] >= '0' && p[1] <= '9') { sf->child = strtol(p + 1, &end, 10); p = end; }
+    if (!strncmp(p, ".exec", 5)) { sf->seq = strtoul(p + 5, &end, 10); p = end; }
+    if (*p) return -1;
+    if (asprintf(&sf->path, "%s/%s", dir, name) < 0) return -1;
+    sf->ticks = 0;
+    mlz_error e;
+    mlz_reader *r = mlz_reader_open(sf->path, MLZ_READ_TRUNCATED_OK, &e);
+    if (r) {
+        json_t *t = json_object_get(mlz_reader_meta(r)->root, "start_ticks");
+        if (json_is_integer(t)) sf->ticks = (unsigned long long)json_integer_value(t);
+        mlz_reader_close(r);
+    }
+    return 0;
+}
+
+static int seg_cmp(const void *a, const void *b)
+{
+    const seg_file *x = a, *y = b;
+    if (x->child != y->child) return x->child < y->child ? -1 : 1;
+    return x->seq < y->seq ? -1 : x->seq > y->seq;
+}
+
+/* The program's name from a spool's metadata (its exe's base name), and its pid. */
+static void prog_of(const char *spool, char *out, size_t len, long *pid)
+{
+    mlz_error e;
+    snprintf(out, len, "child");
+    if (pid) *pid = 0;
+    mlz_reader *r = mlz_reader_open(spool, MLZ_READ_TRUNCATED_OK, &e);
+    if (!r) return;
+    const char *exe = json_string_value(json_object_get(mlz_reader_meta(r)->root, "exe"));
+    if (exe && *exe) {
+        const char *b = strrchr(exe, '/');
+        snprintf(out, len, "%s", b ? b + 1 : exe);
+    }
+    json_t *p = json_object_get(mlz_reader_meta(r)->root, "pid");
+    if (pid && json_is_integer(p)) *pid = (long)json_integer_value(p);
+    mlz_reader_close(r);
+}
+
+/* Finalizes one process's segments [0, n) into target and prints its line. */
+static int write_one(seg_file *segs, size_t n, const char *target, int compress, int coverage)
+{
+    const char *paths[n];
+    for (size_t i = 0; i < n; i++) paths[i] = segs[i].path;
+    char err[512], prog[256];
+    mlz_fin_summary sum;
+    long pid;
+    prog_of(paths[n - 1], prog, sizeof prog, &pid);
+    if (mlz_finalize_segments(paths, n, target, "trace", compress, 0, &sum, err, sizeof err)) {
+        cli_error("run", "%s", err);
+        return -1;
+    }
+    /* Unsealed and no exec away: the program died. */
+    if (!segs[n - 1].sealed && !sum.unprofiled_exec)
+        fprintf(stderr, "memlyze run: %s ended before its profile was sealed; keeping what it wrote\n",
+                segs[n - 1].child ? "a child" : "the program");
+    if (coverage) print_coverage(target);
+    fprintf(stderr, "memlyze run: wrote %s: %s (pid %ld), %llu allocations recorded (%llu bytes), %llu live at the end (%llu bytes)",
+            target, prog, pid, (unsigned long long)sum.allocs, (unsigned long long)sum.alloc_bytes,
+            (unsigned long long)sum.live, (unsigned long long)sum.live_bytes);
+    if (sum.images > 1) fprintf(stderr, ", %zu exec%s followed", sum.images - 1, sum.images > 2 ? "s" : "");
+    if (sum.unprofiled_exec) fprintf(stderr, ", then exec'd an image it cannot profile");
+    fputc('\n', stderr);
+    return 0;
+}
+
+/* Every process's trace from the spools in dir: the root's into out, a
+ * followed child's into OUT.PROG.PID.mlyze (OUT without its .mlyze).
+ * Returns the number written, or -1 when one failed. */
+static int write_traces(const char *dir, const char *out, int compress, int coverage)
+{
+    seg_file *segs = NULL;
+    size_t n = 0, cap = 0;
+    int written = 0, failed = 0;
+    DIR *d = opendir(dir);
+    struct dirent *de;
+    while (d && (de = readdir(d))) {
+        seg_file sf;
+        if (parse_seg(dir, de->d_name, &sf)) continue;
+        if (n == cap) {
+            seg_file *ns = realloc(segs, (cap = cap ? 2 * cap : 16) * sizeof *ns);
+            if (!ns) { free(sf.path); failed = 1; break; }
+            segs = ns;
+        }
+        segs[n++] = sf;
+    }
+    if (d) closedir(d);
+    qsort(segs, n, sizeof *segs, seg_cmp);
+    char base[PATH_MAX];
+    snprintf(base, sizeof base, "%s", out);
+    size_t bl = strlen(base);
+    if (bl > 6 && !strcmp(base + bl - 6, ".mlyze")) base[bl - 6] = 0;
+    for (size_t i = 0, j; i < n; i = j) {
+        /* One process: same pid, and the same start time (a pid reused by a
+         * later process starts a trace of its own). */
+        for (j = i + 1; j < n && segs[j].child == segs[i].child &&
+             (!segs[j].ticks || !segs[i].ticks || segs[j].ticks == segs[i].ticks); j++) {}
+        char target[PATH_MAX + 300], prog[256];
+        if (segs[i].child == 0 && i == 0) {
+            snprintf(target, sizeof target, "%s", out);
+        } else {
+            prog_of(segs[j - 1].path, prog, sizeof prog, NULL);
+            snprintf(target, sizeof target, "%s.%s.%ld%s.mlyze", base, prog, segs[i].child,
+                     i > 0 && segs[i - 1].child == segs[i].child ? ".2" : "");
+        }
+        if (write_one(segs + i, j - i, target, compress, coverage)) failed = 1;
+        else written++;
+    }
+    for (size_t i = 0; i < n; i++) { unlink(segs[i].path); free(segs[i].path); }
+    free(segs);
+    return failed ? -1 : written;
+}
+
 static int run(int argc, char **argv)
 {
     const char *out = NULL, *rate = NULL, *unwind = NULL, *seed = NULL;
@@ -101,6 +242,11 @@ static int run(int argc, char **argv)
         snprintf(pre, sizeof pre, "%s%s%s", lib, old && *old ? ":" : "", old ? old : "");
         setenv("LD_PRELOAD", pre, 1);
         setenv("MEMLYZE_SPOOL", spool, 1);
+        /* This process, whatever it execs, writes OUT; its descendants are
+         * followed (--follow-fork) into files of their own or not at all. */
+        char me[24];
+        snprintf(me, sizeof me, "%d", (int)getpid());
+        setenv("MEMLYZE_ROOT_PID", me, 1);
         if (rate) setenv("MEMLYZE_RATE", rate, 1);
         if (unwind) setenv("MEMLYZE_UNWIND", unwind, 1);
         if (seed) setenv("MEMLYZE_SEED", seed, 1);
@@ -117,51 +263,14 @@ static int run(int argc, char **argv)
     int st;
     while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {}
     int code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-    if (WIFEXITED(st) && code == 127 && access(spool, F_OK) != 0) {
-        rmdir(dir);
-        return 127;
-    }
+    /* 127 and nothing written: the command could not be run at all. */
+    if (WIFEXITED(st) && code == 127 && rmdir(dir) == 0) return 127;
 
-    char def[64], err[512];
+    char def[64];
     if (!out) { snprintf(def, sizeof def, "memlyze.%d.mlyze", (int)pid); out = def; }
-    /* A program killed before exit leaves its spool unsealed (*.tmp). */
-    char path[PATH_MAX + 32];
-    int rc = 0, found = 0;
-    DIR *d = opendir(dir);
-    struct dirent *de;
-    while (d && (de = readdir(d))) {
-        if (strncmp(de->d_name, "spool", 5)) continue;
-        snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
-        /* spool -> OUT; spool.CHILD (follow-fork) -> OUT.CHILD.mlyze */
-        char target[PATH_MAX + 64], name[256];
-        snprintf(name, sizeof name, "%s", de->d_name);
-        /* "spool[.CHILD].WRITER.tmp": the writer never sealed it (the
-         * program died); its events up to the cut are still good. */
-        size_t nl = strlen(name);
-        if (nl > 4 && !strcmp(name + nl - 4, ".tmp")) {
-            name[nl - 4] = 0;
-            char *dot = strrchr(name, '.');
-            if (dot) *dot = 0;
-            fprintf(stderr, "memlyze run: the program ended before its profile was sealed; keeping what it wrote\n");
-        }
-        const char *rest = name + 5;
-        long child = rest[0] == '.' ? strtol(rest + 1, NULL, 10) : 0;
-        if (child > 0) snprintf(target, sizeof target, "%s.%ld.mlyze", out, child);
-        else snprintf(target, sizeof target, "%s", out);
-        if (mlz_finalize(path, target, "trace", compress, 0, err, sizeof err)) {
-            cli_error("run", "%s", err);
-            rc = 1;
-        } else {
-            found++;
-            if (coverage) print_coverage(target);
-            fprintf(stderr, "memlyze run: wrote %s\n", target);
-        }
-        unlink(path);
-    }
-    if (d) closedir(d);
+    int rc = write_traces(dir, out, compress, coverage);
     rmdir(dir);
-    if (!found && !rc) return cli_error("run", "the program wrote no profile (statically linked, or it exec'd something else?)");
-    return rc ? rc : code;
+    return rc < 0 ? 1 : rc == 0 ? cli_error("run", "the program wrote no profile (statically linked?)") : code;
 }
 
 const mlz_command cmd_run = {
@@ -169,14 +278,17 @@ const mlz_command cmd_run = {
     "usage: memlyze run [-r BYTES] [-o FILE] [--unwind fp|dwarf] [-z] [--follow-fork] [--got] [--coverage] -- CMD [ARGS]\n"
     "\n"
     "Runs CMD with the memlyze sampler preloaded (LD_PRELOAD) and, when it\n"
-    "exits, writes its symbolized trace. Exits with CMD's status.\n"
+    "exits, writes its symbolized trace. Exits with CMD's status. An exec keeps\n"
+    "the profile going (wrappers: sh -c 'exec ...', env, nice, timeout...): the\n"
+    "trace marks it and ends what the old image held. Prints one line per file.\n"
     "  -r, --rate BYTES    mean bytes between samples (default 512k; 1 = every allocation)\n"
     "  -o, --output FILE   the trace (default memlyze.PID.mlyze)\n"
     "  --unwind fp|dwarf   stack unwinder (default dwarf: also walks code built without\n"
     "                      frame pointers; fp is cheaper per sample)\n"
     "  --seed N            fixed sampling seed (reproducible runs)\n"
     "  -z, --compress      LZ4-compressed trace with an index\n"
-    "  --follow-fork       profile forked children too (FILE.PID.mlyze each)\n"
+    "  --follow-fork       profile children (fork, posix_spawn) too: FILE.PROG.PID.mlyze\n"
+    "                      each, FILE without its .mlyze; without it they run unprofiled\n"
     "  --got               patch GOT slots instead of interposing (the attach path)\n"
     "  --coverage          with --got: print what GOT patching cannot see (blind spots)\n",
 };

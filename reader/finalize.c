@@ -8,13 +8,21 @@
  *      carries stack_traces, files, functions and modules.
  * A spool cut short (the profiled process died) is read up to its last
  * whole event.
+ *
+ * A process that exec'd leaves one spool per image (segments): pass 1 reads
+ * them all, each image's stacks renumbered after the previous image's and
+ * symbolized against that image's modules only; pass 2 writes their events
+ * one after the other, joined by an exec MARKER and FREE events for what the
+ * old image still held.
  */
 #include "finalize.h"
+#include "addrset.h"
 #include "jsonw.h"
 #include "mlz_format.h"
 #include "symbolize.h"
 #include "varint.h"
 
+#include <errno.h>
 #include <jansson.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -32,6 +40,14 @@ typedef struct fin {
     char *coverage;           /* COVERAGE text, or NULL */
     uint64_t nfiles, nfuncs;
     int truncated;
+    /* Segments: the current one while collecting, and per segment the id
+     * offset of its stacks and its first module (mod_first[nseg] = nmods). */
+    uint32_t seg, nseg;
+    uint64_t id_off, max_id;
+    uint64_t *id_offs;
+    size_t *mod_first;
+    char *exec_rec;           /* the current segment's last EXEC record, or NULL */
+    uint64_t exec_t;          /* and its time */
 } fin;
 
 static int ferr(char *err, size_t len, const char *fmt, ...)
@@ -58,6 +74,9 @@ static int collect(fin *f, const mlz_event *ev)
         raw_stack st = { 0 };
         uint64_t depth;
         if (get_v(&p, end, &st.id) || get_v(&p, end, &depth)) return -1;
+        st.id += f->id_off;
+        if (st.id > f->max_id) f->max_id = st.id;
+        st.seg = f->seg;
         st.depth = (uint32_t)depth;
         st.pcs = calloc(depth ? depth : 1, sizeof *st.pcs);
         if (!st.pcs) return -1;
@@ -70,6 +89,10 @@ static int collect(fin *f, const mlz_event *ev)
             f->stacks = n;
         }
         f->stacks[f->nstacks++] = st;
+    } else if (ev->type == MLZ_EV_EXEC) {
+        free(f->exec_rec);
+        f->exec_rec = (size_t)(end - p) > 0 && p[0] == 'E' ? strndup((const char *)p + 1, (size_t)(end - p) - 1) : NULL;
+        f->exec_t = ev->time_us;
     } else if (ev->type == MLZ_EV_COVERAGE) {
         free(f->coverage);
         f->coverage = strndup((const char *)p, (size_t)(end - p));
@@ -88,7 +111,8 @@ static int collect(fin *f, const mlz_event *ev)
         m.blen = (size_t)blen;
         p += blen;
         if (get_v(&p, end, &plen) || (size_t)(end - p) != plen) return -1;
-        for (size_t i = 0; i < f->nmods; i++)      /* the same mapping, seen again */
+        size_t first = f->mod_first ? f->mod_first[f->seg] : 0;
+        for (size_t i = first; i < f->nmods; i++)  /* the same mapping, seen again */
             if (f->mods[i].start == m.start && strlen(f->mods[i].path) == plen &&
                 !memcmp(f->mods[i].path, p, plen))
                 return 0;
@@ -113,28 +137,29 @@ static uint64_t intern(json_t *dict, uint64_t *next, const char *s)
     return (*next)++;
 }
 
-/* A JSON value as it is (objects, arrays, strings, integers, booleans). */
-static void copy_json(mlz_jw *w, const char *key, json_t *v)
+/* Copies a JSON value of strings, integers, booleans, arrays and objects. */
+static void jw_json(mlz_jw *w, const char *key, json_t *v)
 {
-    const char *k;
-    json_t *x;
-    size_t i;
-    if (json_is_object(v)) {
-        mlz_jw_obj(w, key);
-        json_object_foreach(v, k, x) copy_json(w, k, x);
-        mlz_jw_end(w);
-    } else if (json_is_array(v)) {
-        mlz_jw_arr(w, key);
-        json_array_foreach(v, i, x) copy_json(w, NULL, x);
-        mlz_jw_end(w);
-    } else if (json_is_string(v)) mlz_jw_str(w, key, json_string_value(v));
+    if (json_is_string(v)) mlz_jw_str(w, key, json_string_value(v));
     else if (json_is_integer(v)) mlz_jw_i64(w, key, json_integer_value(v));
     else if (json_is_boolean(v)) mlz_jw_bool(w, key, json_is_true(v));
+    else if (json_is_array(v)) {
+        mlz_jw_arr(w, key);
+        for (size_t k = 0; k < json_array_size(v); k++) jw_json(w, NULL, json_array_get(v, k));
+        mlz_jw_end(w);
+    } else if (json_is_object(v)) {
+        const char *ck;
+        json_t *cv;
+        mlz_jw_obj(w, key);
+        json_object_foreach(v, ck, cv) jw_json(w, ck, cv);
+        mlz_jw_end(w);
+    }
 }
 
-/* Writes the whole metadata; returns its length or 0 on overflow. */
-static size_t build_meta(fin *f, symbolizer *sym, json_t *spool_root, const char *kind,
-                         char *buf, size_t cap)
+/* Writes the whole metadata; returns its length or 0 on overflow. images:
+ * one object per exec'd image when there was more than one (or NULL). */
+static size_t build_meta(fin *f, symbolizer **syms, json_t *spool_root, json_t *images,
+                         const char *kind, char *buf, size_t cap)
 {
     mlz_jw w;
     mlz_jw_init(&w, buf, cap);
@@ -143,18 +168,11 @@ static size_t build_meta(fin *f, symbolizer *sym, json_t *spool_root, const char
     static const char *copy[] = { "memlyze", "rate", "pid", "exe", "cmdline", "clock", "session", "unwind" };
     for (size_t i = 0; i < sizeof copy / sizeof *copy; i++) {
         json_t *v = json_object_get(spool_root, copy[i]);
-        if (!v) continue;
-        if (json_is_string(v)) mlz_jw_str(&w, copy[i], json_string_value(v));
-        else if (json_is_integer(v)) mlz_jw_i64(&w, copy[i], json_integer_value(v));
-        else if (json_is_array(v)) {
-            mlz_jw_arr(&w, copy[i]);
-            for (size_t k = 0; k < json_array_size(v); k++)
-                if (json_is_string(json_array_get(v, k))) mlz_jw_str(&w, NULL, json_string_value(json_array_get(v, k)));
-            mlz_jw_end(&w);
-        }
+        if (json_is_string(v) || json_is_integer(v) || json_is_array(v)) jw_json(&w, copy[i], v);
     }
+    if (images) jw_json(&w, "images", images);
     /* A heap dump's link to its .arc (heapdump.c), kept as given. */
-    if (json_object_get(spool_root, "heapdump")) copy_json(&w, "heapdump", json_object_get(spool_root, "heapdump"));
+    if (json_object_get(spool_root, "heapdump")) jw_json(&w, "heapdump", json_object_get(spool_root, "heapdump"));
     if (f->truncated) mlz_jw_bool(&w, "truncated", 1);
     if (f->coverage) mlz_jw_str(&w, "coverage", f->coverage);
     if (f->counters) {
@@ -189,7 +207,8 @@ static size_t build_meta(fin *f, symbolizer *sym, json_t *spool_root, const char
             sym_frame fr[16];
             int mod;
             uint64_t rel;
-            int n = sym_resolve(sym, st->pcs[j], fr, 16, &mod, &rel);
+            int n = sym_resolve(syms[st->seg], st->pcs[j], fr, 16, &mod, &rel);
+            if (mod >= 0 && f->mod_first) mod += (int)f->mod_first[st->seg];
             for (int k = 0; k < n; k++) {
                 mlz_jw_obj(&w, NULL);
                 mlz_jw_u64(&w, "file_id", intern(f->files, &f->nfiles, fr[k].file));
@@ -227,8 +246,8 @@ static size_t build_meta(fin *f, symbolizer *sym, json_t *spool_root, const char
 /* Symbolizes f's stacks against its modules and writes the metadata of a
  * profile of `kind` into a malloc'd buffer. The function table starts with
  * root's "functions" under their own ids: events (MARKER) refer to them. */
-static int make_meta(fin *f, json_t *root, const char *kind, char **out, size_t *len,
-                     char *err, size_t errlen)
+static int make_meta(fin *f, json_t *root, json_t *images, const char *const *names, size_t nnames,
+                     uint64_t *name_ids, const char *kind, char **out, size_t *len, char *err, size_t errlen)
 {
     json_t *fns = json_object_get(root, "functions");
     for (uint64_t id = 0; json_is_object(fns) && id < json_object_size(fns) + 64; id++) {
@@ -243,24 +262,34 @@ static int make_meta(fin *f, json_t *root, const char *kind, char **out, size_t 
         }
         intern(f->funcs, &f->nfuncs, json_string_value(v));
     }
-    symbolizer *sym = sym_new();
-    if (!sym) return ferr(err, errlen, "cannot start libdw");
-    for (size_t i = 0; i < f->nmods; i++)
-        sym_add_module(sym, f->mods[i].path, f->mods[i].start, f->mods[i].size, f->mods[i].bias,
-                       f->mods[i].build_id, f->mods[i].blen);
-    sym_ready(sym);
-    size_t cap = 1 << 20;
+    for (size_t i = 0; i < nnames; i++) name_ids[i] = intern(f->funcs, &f->nfuncs, names[i]);
+    /* One symbolizer per image: its addresses mean nothing in another. */
+    uint32_t nseg = f->nseg ? f->nseg : 1;
+    symbolizer **syms = calloc(nseg, sizeof *syms);
+    if (!syms) return ferr(err, errlen, "out of memory");
     int rc = -1;
+    for (uint32_t s = 0; s < nseg; s++) {
+        if (!(syms[s] = sym_new())) { ferr(err, errlen, "cannot start libdw"); goto out; }
+        size_t lo = f->mod_first ? f->mod_first[s] : 0, hi = f->mod_first ? f->mod_first[s + 1] : f->nmods;
+        for (size_t i = lo; i < hi; i++)
+            sym_add_module(syms[s], f->mods[i].path, f->mods[i].start, f->mods[i].size, f->mods[i].bias,
+                           f->mods[i].build_id, f->mods[i].blen);
+        sym_ready(syms[s]);
+    }
+    size_t cap = 1 << 20;
     for (;;) {
         char *meta = malloc(cap);
         if (!meta) { ferr(err, errlen, "out of memory"); break; }
         /* Interning is repeatable: same strings get the same ids again. */
-        if ((*len = build_meta(f, sym, root, kind, meta, cap))) { *out = meta; rc = 0; break; }
+        if ((*len = build_meta(f, syms, root, images, kind, meta, cap))) { *out = meta; rc = 0; break; }
         free(meta);
         cap *= 4;
         if (cap > (1u << 31)) { ferr(err, errlen, "metadata too large"); break; }
     }
-    sym_free(sym);
+out:
+    for (uint32_t s = 0; s < nseg; s++)
+        if (syms[s]) sym_free(syms[s]);
+    free(syms);
     return rc;
 }
 
@@ -270,72 +299,220 @@ int mlz_symbolized_meta(mlz_raw_stack *stacks, size_t nstacks, mlz_raw_module *m
     fin f = { .stacks = stacks, .nstacks = nstacks, .mods = mods, .nmods = nmods };
     f.files = json_object();
     f.funcs = json_object();
-    int rc = f.files && f.funcs ? make_meta(&f, root, kind, meta, len, err, errlen)
+    int rc = f.files && f.funcs ? make_meta(&f, root, NULL, NULL, 0, NULL, kind, meta, len, err, errlen)
                                 : ferr(err, errlen, "out of memory");
     json_decref(f.files);
     json_decref(f.funcs);
     return rc;
 }
 
-int mlz_finalize(const char *spool_path, const char *out, const char *kind, int compress,
-                 int replace, char *err, size_t errlen)
+
+/* An image's command line from its spool metadata, joined by spaces. */
+static void cmdline_of(json_t *root, char *buf, size_t cap)
+{
+    size_t n = 0;
+    json_t *a = json_object_get(root, "cmdline");
+    buf[0] = 0;
+    for (size_t i = 0; json_is_array(a) && i < json_array_size(a); i++) {
+        const char *s = json_string_value(json_array_get(a, i));
+        if (!s) continue;
+        int k = snprintf(buf + n, cap - n, "%s%s", n ? " " : "", s);
+        if (k < 0 || (size_t)k >= cap - n) break;
+        n += (size_t)k;
+    }
+}
+
+/* The EXEC record "reason TAB path TAB command" split in place. */
+static void split_exec(char *rec, char **why, char **path, char **cmd)
+{
+    *why = rec;
+    *path = strchr(rec, '\t');
+    if (*path) *(*path)++ = 0; else *path = rec + strlen(rec);
+    *cmd = strchr(*path, '\t');
+    if (*cmd) *(*cmd)++ = 0; else *cmd = *path + strlen(*path);
+}
+
+/* The "images" metadata: one object per image, and the unprofiled last exec. */
+static json_t *images_meta(json_t **roots, const uint64_t *starts, size_t n, const char *why,
+                           const char *path, const char *cmd)
+{
+    json_t *a = json_array();
+    for (size_t s = 0; a && s < n; s++) {
+        json_t *o = json_object();
+        static const char *keys[] = { "exe", "cmdline", "pid", "start_ticks" };
+        for (size_t k = 0; o && k < sizeof keys / sizeof *keys; k++)
+            if (json_object_get(roots[s], keys[k])) json_object_set(o, keys[k], json_object_get(roots[s], keys[k]));
+        if (o) json_object_set_new(o, "start_us", json_integer((json_int_t)starts[s]));
+        json_array_append_new(a, o);
+    }
+    if (a && why) {
+        json_t *o = json_object();
+        json_object_set_new(o, "exe", json_string(path));
+        json_object_set_new(o, "command", json_string(cmd));
+        json_object_set_new(o, "unprofiled", json_string(why));
+        json_array_append_new(a, o);
+    }
+    return a;
+}
+
+typedef struct end_ctx { mlz_writer *w; uint64_t t; } end_ctx;
+
+static int end_one(void *ctx, uint64_t addr)
+{
+    end_ctx *c = ctx;
+    return mlz_writer_free(c->w, c->t, addr);
+}
+
+int mlz_finalize_segments(const char *const *spools, size_t n, const char *out, const char *kind,
+                          int compress, int replace, mlz_fin_summary *sum, char *err, size_t errlen)
 {
     fin f = { 0 };
-    int rc = -1;
+    int rc = -1, we = 0, k = 0;
     mlz_error e = { 0 };
-    char *meta = NULL;
-    mlz_reader *r = mlz_reader_open(spool_path, MLZ_READ_TRUNCATED_OK, &e);
-    if (!r) return ferr(err, errlen, "%s: %s: %s", spool_path, mlz_rule_name(e.rule), e.msg);
-    const mlz_meta *m = mlz_reader_meta(r);
-    if (!m->kind || strcmp(m->kind, "spool")) {
-        ferr(err, errlen, "%s: not a spool (kind %s)", spool_path, m->kind ? m->kind : "none");
-        goto out;
-    }
+    mlz_event ev;
+    char *meta = NULL, **names = NULL;
+    mlz_reader *r = NULL;
+    addrset live = { 0 };
+    json_t *images = NULL, **roots = calloc(n ? n : 1, sizeof *roots);
+    uint64_t *starts = calloc(n ? n : 1, sizeof *starts), *name_ids = calloc(n + 1, sizeof *name_ids);
+    names = calloc(n + 1, sizeof *names);
+    f.id_offs = calloc(n ? n : 1, sizeof *f.id_offs);
+    f.mod_first = calloc(n + 1, sizeof *f.mod_first);
     f.files = json_object();
     f.funcs = json_object();
-
-    mlz_event ev;
-    int k;
-    while ((k = mlz_reader_next(r, &ev, &e)) == 1)
-        if (ev.type >= MLZ_EV_EXT_FIRST && collect(&f, &ev)) {
-            ferr(err, errlen, "%s: malformed spool record at byte %llu", spool_path, (unsigned long long)ev.offset);
-            goto out;
-        }
-    if (k < 0) {
-        ferr(err, errlen, "%s: %s at byte %llu: %s", spool_path, mlz_rule_name(e.rule),
-             (unsigned long long)e.offset, e.msg);
+    size_t nnames = 0;
+    if (!n) { ferr(err, errlen, "no spool to finalize"); goto out; }
+    if (!roots || !starts || !name_ids || !names || !f.id_offs || !f.mod_first || !f.files || !f.funcs) {
+        ferr(err, errlen, "out of memory");
         goto out;
     }
-    f.truncated = mlz_reader_was_truncated(r);
+    f.nseg = (uint32_t)n;
 
+    /* Pass 1: stacks, modules, records, per image. */
+    for (size_t s = 0; s < n; s++) {
+        const char *sp = spools[s];
+        if (!(r = mlz_reader_open(sp, MLZ_READ_TRUNCATED_OK, &e))) {
+            ferr(err, errlen, "%s: %s: %s", sp, mlz_rule_name(e.rule), e.msg);
+            goto out;
+        }
+        const mlz_meta *m = mlz_reader_meta(r);
+        if (!m->kind || strcmp(m->kind, "spool")) {
+            ferr(err, errlen, "%s: not a spool (kind %s)", sp, m->kind ? m->kind : "none");
+            goto out;
+        }
+        roots[s] = json_incref(m->root);
+        json_t *pid0 = json_object_get(roots[0], "pid"), *pid = json_object_get(m->root, "pid");
+        if (s && json_is_integer(pid0) && json_is_integer(pid) && json_integer_value(pid0) != json_integer_value(pid)) {
+            ferr(err, errlen, "%s: pid %lld, not an image of %s's process (pid %lld)", sp,
+                 (long long)json_integer_value(pid), spools[0], (long long)json_integer_value(pid0));
+            goto out;
+        }
+        starts[s] = mlz_reader_header(r)->start_us;
+        f.seg = (uint32_t)s;
+        f.id_offs[s] = f.id_off = f.max_id;
+        f.mod_first[s] = f.nmods;
+        free(f.exec_rec);
+        f.exec_rec = NULL;
+        while ((k = mlz_reader_next(r, &ev, &e)) == 1)
+            if (ev.type >= MLZ_EV_EXT_FIRST && collect(&f, &ev)) {
+                ferr(err, errlen, "%s: malformed spool record at byte %llu", sp, (unsigned long long)ev.offset);
+                goto out;
+            }
+        if (k < 0) {
+            ferr(err, errlen, "%s: %s at byte %llu: %s", sp, mlz_rule_name(e.rule),
+                 (unsigned long long)e.offset, e.msg);
+            goto out;
+        }
+        /* An earlier image's spool is unsealed by nature (exec runs no
+         * destructor): only the last one's cut means lost events. */
+        if (s == n - 1) f.truncated = mlz_reader_was_truncated(r);
+        mlz_reader_close(r);
+        r = NULL;
+    }
+    f.mod_first[n] = f.nmods;
+
+    /* The markers: one per exec followed, one for an exec into an image
+     * that could not load the payload (the last image's EXEC record). */
+    char line[4096];
+    for (size_t s = 1; s < n; s++) {
+        cmdline_of(roots[s], line, sizeof line);
+        if (asprintf(&names[nnames++], "exec: %s", line) < 0) { names[--nnames] = NULL; ferr(err, errlen, "out of memory"); goto out; }
+    }
+    char *why = NULL, *xpath = NULL, *xcmd = NULL;
+    if (f.exec_rec) {
+        split_exec(f.exec_rec, &why, &xpath, &xcmd);
+        if (!*why) why = "the new image did not start the profiler";
+        if (asprintf(&names[nnames++], "exec not profiled (%s): %s", why, *xcmd ? xcmd : xpath) < 0) {
+            names[--nnames] = NULL;
+            ferr(err, errlen, "out of memory");
+            goto out;
+        }
+    }
+    if ((n > 1 || why) && !(images = images_meta(roots, starts, n, why, xpath, xcmd))) {
+        ferr(err, errlen, "out of memory");
+        goto out;
+    }
     size_t ml = 0;
-    if (make_meta(&f, m->root, kind ? kind : "trace", &meta, &ml, err, errlen)) goto out;
+    if (make_meta(&f, roots[n - 1], images, (const char *const *)names, nnames, name_ids,
+                  kind ? kind : "trace", &meta, &ml, err, errlen))
+        goto out;
 
-    /* Pass 2: the events. */
-    uint64_t start = mlz_reader_header(r)->start_us;
-    mlz_reader_close(r);
-    r = mlz_reader_open(spool_path, MLZ_READ_TRUNCATED_OK, &e);
-    if (!r) { ferr(err, errlen, "%s: reopening: %s", spool_path, e.msg); goto out; }
+    /* Pass 2: the events, image after image. */
     static uint8_t buf[MLZ_BLOCK_SIZE], zbuf[MLZ_LZ4_BOUND];
     static mlz_writer w;
-    mlz_writer_opts o = { .start_us = start, .meta = meta, .meta_len = ml, .flags = compress ? MLZ_FLAG_LZ4 : 0,
+    mlz_writer_opts o = { .start_us = starts[0], .meta = meta, .meta_len = ml, .flags = compress ? MLZ_FLAG_LZ4 : 0,
                           .replace = replace, .mode = 0600, .buf = buf, .buf_size = sizeof buf,
                           .zbuf = zbuf, .zbuf_size = sizeof zbuf };
-    int we = mlz_writer_open(&w, out, &o);
+    we = mlz_writer_open(&w, out, &o);
     if (we) { ferr(err, errlen, "%s: %s", out, strerror(-we)); goto out; }
-    while ((k = mlz_reader_next(r, &ev, &e)) == 1) {
-        if (ev.type >= MLZ_EV_EXT_FIRST) continue;
-        if (ev.type == MLZ_EV_ALLOC)
-            we = mlz_writer_alloc(&w, ev.time_us, ev.addr, ev.size, ev.stack_id, ev.thread);
-        else if (ev.type == MLZ_EV_FREE) we = mlz_writer_free(&w, ev.time_us, ev.addr);
-        else if (ev.type == MLZ_EV_GC) we = mlz_writer_gc(&w, ev.time_us, ev.objects, ev.bytes);
-        else we = mlz_writer_marker(&w, ev.time_us, ev.name_id);
-        if (we) break;
+    uint64_t last = starts[0], allocs = 0, bytes = 0;
+    end_ctx ec = { &w, 0 };
+    for (size_t s = 0; s < n && !we; s++) {
+        if (!(r = mlz_reader_open(spools[s], MLZ_READ_TRUNCATED_OK, &e))) {
+            mlz_writer_abort(&w);
+            ferr(err, errlen, "%s: reopening: %s", spools[s], e.msg);
+            goto out;
+        }
+        if (s > 0) {
+            /* The exec: the old image's heap is gone with it. */
+            ec.t = starts[s] > last ? starts[s] : last;
+            if ((we = mlz_writer_marker(&w, ec.t, name_ids[s - 1])) ||
+                (we = addrset_drain(&live, end_one, &ec)))
+                break;
+        }
+        while (!we && (k = mlz_reader_next(r, &ev, &e)) == 1) {
+            if (ev.type >= MLZ_EV_EXT_FIRST) continue;
+            if (ev.time_us > last) last = ev.time_us;
+            if (ev.type == MLZ_EV_ALLOC) {
+                we = mlz_writer_alloc(&w, ev.time_us, ev.addr, ev.size, ev.stack_id + f.id_offs[s], ev.thread);
+                if (!we && addrset_put(&live, ev.addr, ev.size)) we = -ENOMEM;
+                allocs++;
+                bytes += ev.size;
+            } else if (ev.type == MLZ_EV_FREE) {
+                we = mlz_writer_free(&w, ev.time_us, ev.addr);
+                addrset_del(&live, ev.addr);
+            } else if (ev.type == MLZ_EV_GC) {
+                we = mlz_writer_gc(&w, ev.time_us, ev.objects, ev.bytes);
+            } else if (!(s > 0 && ev.name_id == 0)) {   /* the exec marker says it */
+                we = mlz_writer_marker(&w, ev.time_us, ev.name_id);
+            }
+        }
+        if (k < 0) break;
+        mlz_reader_close(r);
+        r = NULL;
+    }
+    if (!we && k >= 0 && why) {
+        ec.t = f.exec_t > last ? f.exec_t : last;
+        if (!(we = mlz_writer_marker(&w, ec.t, name_ids[nnames - 1]))) we = addrset_drain(&live, end_one, &ec);
     }
     if (k < 0 || we) {
         mlz_writer_abort(&w);
         ferr(err, errlen, "%s: %s", out, we ? strerror(-we) : e.msg);
         goto out;
+    }
+    if (sum) {
+        *sum = (mlz_fin_summary){ .allocs = allocs, .alloc_bytes = bytes, .live = live.live,
+                                  .live_bytes = live.live_bytes, .images = n, .unprofiled_exec = why != NULL };
     }
     we = mlz_writer_close(&w);
     if (we) { ferr(err, errlen, "%s: %s", out, strerror(-we)); goto out; }
@@ -351,5 +528,22 @@ out:
     if (f.funcs) json_decref(f.funcs);
     if (f.counters) json_decref(f.counters);
     free(f.coverage);
+    free(f.exec_rec);
+    free(f.id_offs);
+    free(f.mod_first);
+    for (size_t s = 0; roots && s < n; s++) json_decref(roots[s]);
+    free(roots);
+    free(starts);
+    for (size_t i = 0; names && i < nnames; i++) free(names[i]);
+    free(names);
+    free(name_ids);
+    json_decref(images);
+    addrset_free(&live);
     return rc;
+}
+
+int mlz_finalize(const char *spool_path, const char *out, const char *kind, int compress,
+                 int replace, char *err, size_t errlen)
+{
+    return mlz_finalize_segments(&spool_path, 1, out, kind, compress, replace, NULL, err, errlen);
 }

@@ -14,6 +14,7 @@ typedef struct mlz_raw_stack {
     uint64_t id;
     uint32_t depth;
     uint64_t *pcs;            /* leaf first */
+    uint32_t seg;             /* which image (exec segment) it belongs to */
 } mlz_raw_stack;
 
 typedef struct mlz_raw_module {
@@ -27,6 +28,22 @@ typedef struct mlz_raw_module {
  * kind: "trace" (a recording) or "snapshot" (the live heap at one moment). */
 int mlz_finalize(const char *spool, const char *out, const char *kind, int compress, int replace,
                  char *err, size_t errlen);
+
+/* What a finalized trace holds, in numbers (memlyze run's one-line summary). */
+typedef struct mlz_fin_summary {
+    uint64_t allocs, alloc_bytes;   /* ALLOC events and their bytes, all images */
+    uint64_t live, live_bytes;      /* still allocated at the end of the trace */
+    size_t images;                  /* segments stitched: 1 + execs followed */
+    int unprofiled_exec;            /* the last exec went to an image without the payload */
+} mlz_fin_summary;
+
+/* The segments of one process, in exec order (the payload's PATH, PATH.exec1,
+ * ...; FORMAT.md, "Spools"), stitched into one trace: each exec becomes a
+ * MARKER naming the new command line, and the allocations the old image still
+ * held end (FREE) at that moment. Stack ids and module tables stay apart per
+ * image. sum may be NULL. */
+int mlz_finalize_segments(const char *const *spools, size_t n, const char *out, const char *kind,
+                          int compress, int replace, mlz_fin_summary *sum, char *err, size_t errlen);
 
 /* The metadata for stacks and modules already in memory (memlyze
  * snapshot): symbolized like mlz_finalize does; root supplies the copied

@@ -114,7 +114,18 @@ int mlz_live_read(pid_t pid, mlz_live_heap *h, char *err, size_t errlen)
         return serr(err, errlen, "cannot read /proc/%d/maps: %s", (int)pid, strerror(errno));
     }
     const pm_module *pay = find_payload(mods, nmods);
-    if (!pay) { rc = serr(err, errlen, "memlyze is not loaded in process %d (attach first)", (int)pid) - 1; goto out; }
+    if (!pay) {
+        /* memlyze-attach's record is there but the payload is not: only an
+         * exec drops it (a detached payload stays mapped, pass-through). */
+        char state[128];
+        snprintf(state, sizeof state, "/proc/%d/root/tmp/memlyze-%d/state", (int)pid, (int)pid);
+        if (access(state, F_OK) == 0)
+            rc = serr(err, errlen, "process %d has exec'd since memlyze-attach: the payload went with its old image "
+                 "(memlyze-detach %d writes the trace recorded up to the exec)", (int)pid, (int)pid) - 1;
+        else
+            rc = serr(err, errlen, "memlyze is not loaded in process %d (attach first)", (int)pid) - 1;
+        goto out;
+    }
     uint64_t info_addr;
     if (pm_symbol(pid, pay, "memlyze_info", &info_addr)) {
         serr(err, errlen, "%s in process %d has no memlyze_info (an older payload?)", pay->path, (int)pid);
@@ -223,7 +234,7 @@ int mlz_live_read(pid_t pid, mlz_live_heap *h, char *err, size_t errlen)
             stacks = nv;
             cst *= 2;
         }
-        stacks[nst] = (mlz_raw_stack){ id, id == empty_id ? 0 : depth, malloc((depth ? depth : 1) * 8) };
+        stacks[nst] = (mlz_raw_stack){ id, id == empty_id ? 0 : depth, malloc((depth ? depth : 1) * 8), 0 };
         if (!stacks[nst].pcs) { free(slot_of); serr(err, errlen, "out of memory"); goto out; }
         memcpy(stacks[nst].pcs, pcs, (size_t)stacks[nst].depth * 8);
         slot_of[id] = (uint32_t)++nst;

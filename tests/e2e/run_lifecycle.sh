@@ -24,10 +24,11 @@ check "fork: output unchanged" test "$out" = "child done parent done 0 "
 "$MEMLYZE" top --json -n 20 "$T/nf.mlyze" > "$T/nf.json"
 check "fork: parent's site exact (50000 B)" test "$(site "$T/nf.json" site_parent)" = 50000
 check "fork: child's allocations not in the parent's file" test "$(site "$T/nf.json" site_child)" = 0
-check "fork: no child file without --follow-fork" bash -c "! ls '$T'/nf.mlyze.*.mlyze 2>/dev/null | grep -q ."
+check "fork: no child file without --follow-fork" bash -c "! ls '$T'/nf.*.mlyze 2>/dev/null | grep -q ."
 
 "$MEMLYZE" run -r 1 --follow-fork -o "$T/ff.mlyze" -- "$T/forker" >/dev/null 2>&1
-child=$(ls "$T"/ff.mlyze.*.mlyze 2>/dev/null | head -1)
+# Child traces are OUT.PROG.PID.mlyze (the vfork+exec'd true gets one too).
+child=$(ls "$T"/ff.forker.*.mlyze 2>/dev/null | head -1)
 check "follow-fork: the child has its own trace" test -n "$child"
 if [ -n "$child" ]; then
     "$MEMLYZE" top --json -n 20 "$child" > "$T/child.json"

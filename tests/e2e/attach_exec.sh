@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# A memlyze-attach'ed process that execs: the payload goes with the old
+# image. memlyze snapshot says so plainly; memlyze-detach says so too and
+# writes the trace recorded up to the exec, valid.
+. "$(dirname "$0")/lib.sh"
+ATTACH="$B/bin/memlyze-attach"
+DETACH="$B/bin/memlyze-detach"
+if [ ! -x "$ATTACH" ] || [ ! -x "$DETACH" ] || [ ! -f "$B/lib/libmemlyze.so" ]; then
+    echo "SKIP: attach_exec (injector or payload not built)"
+    finish
+fi
+cc -O2 -g -o "$T/execer" "$ROOT/tests/targets/execer.c" || fail "build execer"
+"$T/execer" waitexec "$T/go" /bin/sleep 30 > "$T/execer.out" 2>&1 &
+TP=$!
+trap 'kill $TP 2>/dev/null; wait $TP 2>/dev/null; rm -rf "$T" "/tmp/memlyze-$TP"' EXIT
+for _ in $(seq 100); do grep -q waiting "$T/execer.out" && break; sleep 0.02; done
+
+check "attach to the process" timeout 30 "$ATTACH" -q -r 1 -o "$T/attached.mlyze" "$TP"
+sleep 1.5      # the payload writes its buffer out every second
+touch "$T/go"
+for _ in $(seq 200); do [ "$(cat /proc/$TP/comm 2>/dev/null)" = sleep ] && break; sleep 0.02; done
+check "the process exec'd sleep" test "$(cat /proc/$TP/comm)" = sleep
+
+out=$("$MEMLYZE" snapshot -o "$T/snap.mlyze" "$TP" 2>&1); rc=$?
+check "snapshot after exec: fails" test $rc -ne 0
+check "snapshot after exec: says the process exec'd" grep -q "has exec'd since memlyze-attach" <<<"$out"
+check "snapshot after exec: one line" test "$(wc -l <<<"$out")" = 1
+check "snapshot after exec: no file written" test ! -e "$T/snap.mlyze"
+
+out=$(timeout 30 "$DETACH" "$TP" 2>&1); rc=$?
+check "detach after exec: succeeds" test $rc -eq 0
+check "detach after exec: says the process exec'd" grep -q "has exec'd since memlyze-attach: the payload went with its old image" <<<"$out"
+check "detach after exec: the trace up to the exec is valid" "$MEMLYZE" validate "$T/attached.mlyze"
+check "detach after exec: the trace holds the old image's allocations" python3 -c "
+import json, subprocess, sys
+d = json.loads(subprocess.run(['$MEMLYZE', 'top', '--json', '$T/attached.mlyze'], capture_output=True, text=True).stdout)
+sys.exit(0 if d['samples'] > 10 else 1)"
+check "detach after exec: state directory removed" test ! -e "/tmp/memlyze-$TP"
+out=$("$DETACH" "$TP" 2>&1)
+check "detach again: not attached" grep -q "is not attached" <<<"$out"
+finish
