@@ -3,8 +3,13 @@
  *
  * Each thread that samples claims a ring (single producer: that thread;
  * single consumer: the drain thread). Pushing is two relaxed loads, a copy
- * and a release store; a full ring drops the event and counts it, so a
- * target thread never waits for I/O.
+ * and a release store. When the ring is full:
+ *   - a sampled ALLOC is given up (the caller cancels the sample, so no
+ *     FREE will ever name it) and counted: the thread does not wait;
+ *   - a FREE, and in exact mode every event, waits for the drain thread,
+ *     yielding, for at most PUSH_WAIT_NS. A FREE lost after that is
+ *     counted (frees_lost): the one loss that leaves a phantom object.
+ * The drain thread wakes sooner while rings fill up, so waits stay rare.
  *
  * The drain thread wakes every few milliseconds, reads D = now, then merges
  * the rings by timestamp and writes every record stamped <= D. Why that is
@@ -36,7 +41,9 @@
 #include <unistd.h>
 
 #define MAX_RINGS 1024
-#define DRAIN_PERIOD_NS (10 * 1000 * 1000)
+#define DRAIN_PERIOD_NS (10 * 1000 * 1000)      /* sampled mode, rings quiet */
+#define DRAIN_BUSY_NS   (1000 * 1000)           /* exact mode, or rings filling */
+#define PUSH_WAIT_NS    (1000ull * 1000 * 1000) /* longest wait for room in a ring */
 
 typedef struct mlz_ring {
     _Alignas(64) _Atomic uint64_t head;   /* written by the owner */
@@ -110,33 +117,53 @@ mlz_unwind_cache *mlz__unwind_cache(void)
     return r->ucache;
 }
 
-void mlz__push(uint8_t type, uint64_t ts_ns, uint64_t addr, uint64_t size, uint32_t stack_id)
+static int ring_full(mlz_ring *r, uint64_t h)
+{
+    return h - atomic_load_explicit(&r->tail, memory_order_acquire) > r->mask;
+}
+
+/* Yields until the drain thread made room, for PUSH_WAIT_NS at most. A
+ * child of _Fork or clone (no atfork handler ran) has no drain thread:
+ * it never waits. 1 = room now. */
+static MLZ_COLD MLZ_NOINLINE int wait_for_room(mlz_ring *r, uint64_t h)
+{
+    if (!atomic_load_explicit(&drain_running, memory_order_relaxed) ||
+        (pid_t)syscall(SYS_getpid) != mlz__g.pid)
+        return 0;
+    uint64_t t0 = mlz__now_ns();
+    for (unsigned i = 1;; i++) {
+        sched_yield();
+        if (!ring_full(r, h)) return 1;
+        if (i % 64 == 0 && mlz__now_ns() - t0 > PUSH_WAIT_NS) return 0;
+    }
+}
+
+int mlz__push(enum mlz_rec_kind kind, uint64_t ts_ns, uint64_t addr, uint64_t size, uint32_t stack_id)
 {
     mlz_tls *t = &mlz__tls;
     mlz_ring *r = my_ring(t);
+    /* Waiting is for events whose loss would falsify the trace: a FREE
+     * (its object would live on), and every event in exact mode. */
+    int must = kind == MLZ_REC_FREE || mlz__g.rate <= 1;
     if (mlz_unlikely(!r)) {
-        atomic_fetch_add_explicit(&mlz__g.c.no_ring, 1, memory_order_relaxed);
-        return;
+        atomic_fetch_add_explicit(kind == MLZ_REC_FREE ? &mlz__g.c.frees_lost : &mlz__g.c.no_ring, 1,
+                                  memory_order_relaxed);
+        return 0;
     }
     uint64_t h = atomic_load_explicit(&r->head, memory_order_relaxed);
-    if (h - atomic_load_explicit(&r->tail, memory_order_acquire) > r->mask) {
-        /* Sampled mode drops (the thread must not wait). Exact mode promises
-         * every event, so it yields to the drain thread for a bounded time. */
-        int spins = mlz__g.rate <= 1 && atomic_load_explicit(&drain_running, memory_order_relaxed) ? 200000 : 0;
-        while (spins-- > 0 && h - atomic_load_explicit(&r->tail, memory_order_acquire) > r->mask)
-            sched_yield();
-        if (h - atomic_load_explicit(&r->tail, memory_order_acquire) > r->mask) {
-            atomic_fetch_add_explicit(&mlz__g.c.ring_drops, 1, memory_order_relaxed);
-            return;
-        }
+    if (mlz_unlikely(ring_full(r, h)) && (!must || !wait_for_room(r, h))) {
+        atomic_fetch_add_explicit(kind == MLZ_REC_FREE ? &mlz__g.c.frees_lost : &mlz__g.c.ring_drops, 1,
+                                  memory_order_relaxed);
+        return 0;
     }
     mlz_rec *e = &r->recs[h & r->mask];
     e->ts_ns = ts_ns;
     e->addr = addr;
     e->size = size;
     e->stack_id = stack_id;
-    e->type = type;
+    e->type = (uint8_t)kind;
     atomic_store_explicit(&r->head, h + 1, memory_order_release);
+    return 1;
 }
 
 /* ------------------------------------------------------------ the spool */
@@ -237,7 +264,7 @@ static void write_rec(const mlz_rec *e, int32_t tid)
 {
     uint64_t t = to_us(e->ts_ns);
     int rc;
-    if (e->type == 0) {
+    if (e->type == MLZ_REC_ALLOC) {
         uint64_t id = e->stack_id;
         if (id == MLZ_STACK_NONE || id >= MLZ_STACKTAB_DEFAULT_MAX) {
             id = SPOOL_TRUNCATED_ID;
@@ -257,10 +284,17 @@ static void write_rec(const mlz_rec *e, int32_t tid)
     else atomic_fetch_add_explicit(&mlz__g.c.events_written, 1, memory_order_relaxed);
 }
 
-/* One round: merge every record stamped <= limit from all rings. */
-static void drain_round(uint64_t limit)
+/* One round: merge every record stamped <= limit from all rings. Returns
+ * the fullest ring's fill at the start, in records. */
+static uint64_t drain_round(uint64_t limit)
 {
     uint32_t n = atomic_load_explicit(&nrings, memory_order_acquire);
+    uint64_t fullest = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        uint64_t fill = atomic_load_explicit(&rings[i].head, memory_order_acquire) -
+                        atomic_load_explicit(&rings[i].tail, memory_order_relaxed);
+        if (fill > fullest) fullest = fill;
+    }
     for (;;) {
         mlz_ring *best = NULL;
         const mlz_rec *be = NULL;
@@ -272,7 +306,7 @@ static void drain_round(uint64_t limit)
             const mlz_rec *e = &r->recs[tl & r->mask];
             if (e->ts_ns <= limit && (!be || e->ts_ns < be->ts_ns)) { best = r; be = e; }
         }
-        if (!best) return;
+        if (!best) return fullest;
         mlz_rec copy = *be;
         write_rec(&copy, atomic_load_explicit(&best->owner, memory_order_relaxed));
         atomic_store_explicit(&best->tail, atomic_load_explicit(&best->tail, memory_order_relaxed) + 1,
@@ -304,14 +338,17 @@ static void *drain_main(void *arg)
      * (SIGCANCEL, SIGSETXID) out of a full set, so this unblocks them. */
     pthread_sigmask(SIG_SETMASK, &all, NULL);
     unsigned round = 0;
+    long period = mlz__g.rate <= 1 ? DRAIN_BUSY_NS : DRAIN_PERIOD_NS;
     while (!atomic_load(&drain_stop)) {
-        struct timespec ts = { 0, mlz__g.rate <= 1 ? DRAIN_PERIOD_NS / 10 : DRAIN_PERIOD_NS };
+        struct timespec ts = { 0, period };
         nanosleep(&ts, NULL);
         if (mlz_modtab_changed()) mlz_modtab_refresh();
         uint64_t d = mlz__now_ns();
         write_modules(to_us(d));
         write_note(to_us(d));
-        drain_round(d);
+        /* A ring an eighth full after a period: come back sooner. */
+        uint64_t fullest = drain_round(d);
+        period = mlz__g.rate <= 1 || fullest > ring_size / 8 ? DRAIN_BUSY_NS : DRAIN_PERIOD_NS;
         if (++round % 100 == 0) reclaim_rings();
     }
     return NULL;
@@ -354,7 +391,9 @@ static void build_meta(size_t *len)
 
 int mlz__drain_start(void)
 {
-    ring_size = mlz__g.rate <= 1 ? 1u << 16 : 1u << 10;
+    /* Pages of a ring become resident as it wraps: 128 KiB per sampling
+     * thread, 256 KiB per thread in exact mode (drained every ms). */
+    ring_size = mlz__g.rate <= 1 ? 1u << 13 : 1u << 12;
     if (!stack_written) {
         void *m = mmap(NULL, MLZ_STACKTAB_DEFAULT_MAX / 8, PROT_READ | PROT_WRITE,
                        MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -400,6 +439,7 @@ static void write_counters(uint64_t t_us)
     C("events_written", mlz__g.c.events_written);
     C("ring_drops", mlz__g.c.ring_drops);
     C("no_ring", mlz__g.c.no_ring);
+    C("frees_lost", mlz__g.c.frees_lost);
     C("reentrant", mlz__g.c.reentrant);
     C("spool_errors", mlz__g.c.spool_errors);
     C("map_capacity", mlz__g.map.mask + 1);
