@@ -3,6 +3,7 @@
  * spool into a .mlyze trace.
  */
 #include "cli.h"
+#include "loss.h"
 #include "finalize.h"
 
 #include <getopt.h>
@@ -25,6 +26,8 @@ static int run(int argc, char **argv)
     char err[512];
     if (mlz_finalize(argv[optind], out, "trace", compress, force, err, sizeof err))
         return cli_error("finalize", "%s", err);
+    char loss[256];
+    if (mlz_loss_of_file(out, loss, sizeof loss)) fprintf(stderr, "memlyze: %s: %s\n", out, loss);
     return 0;
 }
 

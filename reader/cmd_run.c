@@ -4,6 +4,7 @@
  */
 #include "cli.h"
 #include "finalize.h"
+#include "loss.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -155,6 +156,8 @@ static int run(int argc, char **argv)
             found++;
             if (coverage) print_coverage(target);
             fprintf(stderr, "memlyze run: wrote %s\n", target);
+            char loss[256];
+            if (mlz_loss_of_file(target, loss, sizeof loss)) fprintf(stderr, "memlyze run: %s: %s\n", target, loss);
         }
         unlink(path);
     }
