@@ -825,10 +825,25 @@ static void cache_fill(mlz_unwind_cache_entry *e, uint64_t look, const row *rw, 
     *e = t;
 }
 
+/* cfa_reg of an entry that says "the outermost frame: the walk ends here"
+ * (every walk of a thread ends at the same place, e.g. clone3). */
+#define CACHE_OUTERMOST 0xff
+
+static void cache_fill_outermost(mlz_unwind_cache_entry *e, uint64_t look)
+{
+    mlz_unwind_cache_entry t;
+    memset(&t, 0, sizeof t);
+    t.pc = look;
+    t.cfa_reg = CACHE_OUTERMOST;
+    *e = t;
+}
+
 /* apply_row() for a cached row. */
 static int cache_apply(const mlz_unwind_cache_entry *e, const mlz_unwind_regs *cur,
                        const bounds *b, mlz_unwind_regs *nx)
 {
+    if (e->cfa_reg == CACHE_OUTERMOST)
+        return STEP_END;
     if (!(cur->valid & REG_BIT(e->cfa_reg)))
         return STEP_BAD;
     uint64_t cfa = cur->reg[e->cfa_reg] + (uint64_t)(int64_t)e->cfa_off;
@@ -891,6 +906,8 @@ static int step(walker *w, const mlz_unwind_regs *cur, uint64_t look, mlz_unwind
         *signal = w->ci.signal;
         if (rc == STEP_OK && ce)
             cache_fill(ce, look, &rw, &w->ci);
+        else if (rc == STEP_END && ce && !w->ci.signal)
+            cache_fill_outermost(ce, look);
         return rc;
     case FDE_NONE:
         if (sigreturn_step(w->m, cur, &w->b, nx) == STEP_OK) {
