@@ -249,7 +249,11 @@ int64_t mlz_heapmap_reserve(mlz_heapmap *m, uint64_t ptr)
         uint64_t idx = probe_at(m, home, i);
         if ((int64_t)idx == claimed) continue;
         mlz_heap_entry *e = &m->slots[idx];
-        uint64_t k = atomic_load_explicit(&e->key, memory_order_acquire);
+        /* The first touch of a slot is a write (an RMW that changes
+         * nothing): a read would map the zero page, and the claim's write
+         * then fault again to copy it (and flush other CPUs' TLBs). */
+        uint64_t k = i == 0 ? atomic_fetch_or_explicit(&e->key, 0, memory_order_acquire)
+                            : atomic_load_explicit(&e->key, memory_order_acquire);
 
         if (k == ptr || (k == MLZ_HEAP_RESERVED &&
                          atomic_load_explicit(&e->pending, memory_order_acquire) == ptr)) {

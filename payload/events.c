@@ -130,11 +130,18 @@ static MLZ_COLD MLZ_NOINLINE int wait_for_room(mlz_ring *r, uint64_t h)
     if (!atomic_load_explicit(&drain_running, memory_order_relaxed) ||
         (pid_t)syscall(SYS_getpid) != mlz__g.pid)
         return 0;
+    /* Sleep rather than spin: with more busy threads than CPUs, threads
+     * that only yield leave the drain thread a small share of a CPU. */
     uint64_t t0 = mlz__now_ns();
     for (unsigned i = 1;; i++) {
-        sched_yield();
+        if (i <= 4) {
+            sched_yield();
+        } else {
+            struct timespec ts = { 0, 50 * 1000 };
+            nanosleep(&ts, NULL);
+        }
         if (!ring_full(r, h)) return 1;
-        if (i % 64 == 0 && mlz__now_ns() - t0 > PUSH_WAIT_NS) return 0;
+        if (i % 16 == 0 && mlz__now_ns() - t0 > PUSH_WAIT_NS) return 0;
     }
 }
 
@@ -285,33 +292,45 @@ static void write_rec(const mlz_rec *e, int32_t tid)
 }
 
 /* One round: merge every record stamped <= limit from all rings. Returns
- * the fullest ring's fill at the start, in records. */
+ * the fullest ring's fill at the start, in records.
+ *
+ * Each ring's head is read once, at the start (what a ring gains during
+ * the round waits for the next one; the ordering argument above holds for
+ * those snapshots, all taken after D was read), and the drain's own tail
+ * is published every TAIL_BATCH records: the per-record loop touches no
+ * line a producer writes. */
+#define TAIL_BATCH 64
 static uint64_t drain_round(uint64_t limit)
 {
-    uint32_t n = atomic_load_explicit(&nrings, memory_order_acquire);
+    static uint64_t head[MAX_RINGS], tail[MAX_RINGS];
+    static uint32_t active[MAX_RINGS];
+    uint32_t n = atomic_load_explicit(&nrings, memory_order_acquire), na = 0;
     uint64_t fullest = 0;
     for (uint32_t i = 0; i < n; i++) {
-        uint64_t fill = atomic_load_explicit(&rings[i].head, memory_order_acquire) -
-                        atomic_load_explicit(&rings[i].tail, memory_order_relaxed);
-        if (fill > fullest) fullest = fill;
+        if (!rings[i].recs) continue;
+        head[i] = atomic_load_explicit(&rings[i].head, memory_order_acquire);
+        tail[i] = atomic_load_explicit(&rings[i].tail, memory_order_relaxed);
+        if (head[i] - tail[i] > fullest) fullest = head[i] - tail[i];
+        if (head[i] != tail[i]) active[na++] = i;
     }
     for (;;) {
-        mlz_ring *best = NULL;
-        const mlz_rec *be = NULL;
-        for (uint32_t i = 0; i < n; i++) {
-            mlz_ring *r = &rings[i];
-            if (!r->recs) continue;
-            uint64_t tl = atomic_load_explicit(&r->tail, memory_order_relaxed);
-            if (tl == atomic_load_explicit(&r->head, memory_order_acquire)) continue;
-            const mlz_rec *e = &r->recs[tl & r->mask];
-            if (e->ts_ns <= limit && (!be || e->ts_ns < be->ts_ns)) { best = r; be = e; }
+        uint32_t best = UINT32_MAX, bk = 0;
+        uint64_t bts = 0;
+        for (uint32_t k = 0; k < na; k++) {
+            uint32_t i = active[k];
+            uint64_t ts = rings[i].recs[tail[i] & rings[i].mask].ts_ns;
+            if (ts <= limit && (best == UINT32_MAX || ts < bts)) { best = i; bk = k; bts = ts; }
         }
-        if (!best) return fullest;
-        mlz_rec copy = *be;
-        write_rec(&copy, atomic_load_explicit(&best->owner, memory_order_relaxed));
-        atomic_store_explicit(&best->tail, atomic_load_explicit(&best->tail, memory_order_relaxed) + 1,
-                              memory_order_release);
+        if (best == UINT32_MAX) break;
+        mlz_ring *r = &rings[best];
+        mlz_rec copy = r->recs[tail[best] & r->mask];
+        write_rec(&copy, atomic_load_explicit(&r->owner, memory_order_relaxed));
+        if (++tail[best] % TAIL_BATCH == 0) atomic_store_explicit(&r->tail, tail[best], memory_order_release);
+        if (tail[best] == head[best]) active[bk] = active[--na];
     }
+    for (uint32_t i = 0; i < n; i++)
+        if (rings[i].recs) atomic_store_explicit(&rings[i].tail, tail[i], memory_order_release);
+    return fullest;
 }
 
 /* Rings of threads that have exited are emptied and handed back. */
@@ -341,14 +360,17 @@ static void *drain_main(void *arg)
     long period = mlz__g.rate <= 1 ? DRAIN_BUSY_NS : DRAIN_PERIOD_NS;
     while (!atomic_load(&drain_stop)) {
         struct timespec ts = { 0, period };
-        nanosleep(&ts, NULL);
+        if (period) nanosleep(&ts, NULL);
+        else sched_yield();
         if (mlz_modtab_changed()) mlz_modtab_refresh();
         uint64_t d = mlz__now_ns();
         write_modules(to_us(d));
         write_note(to_us(d));
-        /* A ring an eighth full after a period: come back sooner. */
+        /* A ring an eighth full after a period: come back sooner; half
+         * full (threads may be waiting for room): at once. */
         uint64_t fullest = drain_round(d);
-        period = mlz__g.rate <= 1 || fullest > ring_size / 8 ? DRAIN_BUSY_NS : DRAIN_PERIOD_NS;
+        period = fullest > ring_size / 2 ? 0
+               : mlz__g.rate <= 1 || fullest > ring_size / 8 ? DRAIN_BUSY_NS : DRAIN_PERIOD_NS;
         if (++round % 100 == 0) reclaim_rings();
     }
     return NULL;

@@ -105,7 +105,7 @@ static void record_alloc(mlz_tls *t, void *p, size_t n, uint64_t ts)
         mlz_heapmap_cancel(&mlz__g.map, slot);
         return;
     }
-    mlz_bloom_add(&mlz__g.bloom, (uint64_t)p);
+    if (mlz__g.rate > 1) mlz_bloom_add(&mlz__g.bloom, (uint64_t)p);   /* exact: saturated (state.c) */
     uint64_t seq = atomic_fetch_add_explicit(&mlz__g.seq, 1, memory_order_relaxed);
     mlz_heapmap_publish(&mlz__g.map, slot, (uint64_t)p, n, id, (uint32_t)t->tid, ts, seq);
     atomic_fetch_add_explicit(&mlz__g.c.samples, 1, memory_order_relaxed);
@@ -154,7 +154,7 @@ static void record_free(void *p, const mlz_heap_entry *old)
 {
     /* An insert that died during birth (time 0) may not have added its
      * counts yet: taking them out could hide another sample. */
-    if (old->time_ns) mlz_bloom_remove(&mlz__g.bloom, (uint64_t)p);
+    if (old->time_ns && mlz__g.rate > 1) mlz_bloom_remove(&mlz__g.bloom, (uint64_t)p);
     if (mlz__push(MLZ_REC_FREE, mlz__now_ns(), (uint64_t)p, 0, 0))
         atomic_fetch_add_explicit(&mlz__g.c.frees_tracked, 1, memory_order_relaxed);
 }
