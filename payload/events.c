@@ -47,6 +47,10 @@
 
 typedef struct mlz_ring {
     _Alignas(64) _Atomic uint64_t head;   /* written by the owner */
+    /* Also the owner's alone, on its line: no counter shared by threads is
+     * written per event. The drain thread adds them up (sum_counters). */
+    _Atomic uint64_t in_flight;           /* the owner is inside a sample path */
+    uint64_t samples, frees_tracked;
     _Alignas(64) _Atomic uint64_t tail;   /* written by the drain thread */
     _Atomic int32_t owner;                /* tid, 0 = free */
     uint32_t mask;
@@ -102,6 +106,63 @@ static mlz_ring *my_ring(mlz_tls *t)
     if (mlz_likely(r && atomic_load_explicit(&r->owner, memory_order_relaxed) == t->tid)) return r;
     if (!ring_size) return NULL;
     return t->ring = claim_ring(t->tid);
+}
+
+/* Per-thread counters (see payload.h): this thread's ring's, or the
+ * shared ones when the thread has no ring. */
+_Atomic uint64_t *mlz__in_flight_slot(void)
+{
+    mlz_ring *r = my_ring(&mlz__tls);
+    return r ? &r->in_flight : &mlz__g.c.in_flight;
+}
+
+/* Counts of threads without a ring, and of rings given back (detach). */
+static _Atomic uint64_t samples_shared, frees_shared;
+
+/* Only the owner writes its ring's counts: a plain add, stored atomically
+ * for the drain thread that reads them. */
+static void ring_count(uint64_t *c)
+{
+    __atomic_store_n(c, __atomic_load_n(c, __ATOMIC_RELAXED) + 1, __ATOMIC_RELAXED);
+}
+
+void mlz__count_sample(void)
+{
+    mlz_ring *r = mlz__tls.ring;   /* the push just used it */
+    if (r) ring_count(&r->samples);
+    else atomic_fetch_add_explicit(&samples_shared, 1, memory_order_relaxed);
+}
+
+void mlz__count_free(void)
+{
+    mlz_ring *r = mlz__tls.ring;
+    if (r) ring_count(&r->frees_tracked);
+    else atomic_fetch_add_explicit(&frees_shared, 1, memory_order_relaxed);
+}
+
+int mlz__quiescent(void)
+{
+    if (atomic_load(&mlz__g.c.in_flight)) return 0;
+    uint32_t n = atomic_load(&nrings);
+    for (uint32_t i = 0; i < n; i++)
+        if (atomic_load(&rings[i].in_flight)) return 0;
+    return 1;
+}
+
+/* The counters tools read (memlyze_info, the spool's COUNTERS): the shared
+ * part plus every ring's. Rings are never freed while the drain runs, and
+ * a reused ring keeps its counts (they belong to the process, not the
+ * thread). */
+static void sum_counters(void)
+{
+    uint64_t s = atomic_load(&samples_shared), f = atomic_load(&frees_shared);
+    uint32_t n = atomic_load_explicit(&nrings, memory_order_acquire);
+    for (uint32_t i = 0; i < n; i++) {
+        s += __atomic_load_n(&rings[i].samples, __ATOMIC_RELAXED);
+        f += __atomic_load_n(&rings[i].frees_tracked, __ATOMIC_RELAXED);
+    }
+    atomic_store_explicit(&mlz__g.c.samples, s, memory_order_relaxed);
+    atomic_store_explicit(&mlz__g.c.frees_tracked, f, memory_order_relaxed);
 }
 
 mlz_unwind_cache *mlz__unwind_cache(void)
@@ -369,6 +430,7 @@ static void *drain_main(void *arg)
         /* A ring an eighth full after a period: come back sooner; half
          * full (threads may be waiting for room): at once. */
         uint64_t fullest = drain_round(d);
+        sum_counters();
         period = fullest > ring_size / 2 ? 0
                : mlz__g.rate <= 1 || fullest > ring_size / 8 ? DRAIN_BUSY_NS : DRAIN_PERIOD_NS;
         if (++round % 100 == 0) reclaim_rings();
@@ -500,6 +562,7 @@ void mlz__drain_stop(void)
     write_modules(to_us(d));
     drain_round(UINT64_MAX);
     write_note(to_us(d));
+    sum_counters();
     write_counters(to_us(d));
     mlz_writer_marker(&spool, to_us(d), 1);
     if (mlz_writer_close(&spool))
@@ -528,6 +591,10 @@ void mlz__drain_release(void)
         if (rings[i].ucache) munmap(rings[i].ucache, sizeof(mlz_unwind_cache));
         rings[i].recs = NULL;
         rings[i].ucache = NULL;
+        /* The process's totals stay (counters are cumulative). */
+        atomic_fetch_add(&samples_shared, rings[i].samples);
+        atomic_fetch_add(&frees_shared, rings[i].frees_tracked);
+        rings[i].samples = rings[i].frees_tracked = 0;
         atomic_store(&rings[i].owner, 0);
         atomic_store(&rings[i].head, 0);
         atomic_store(&rings[i].tail, 0);

@@ -33,22 +33,24 @@ __thread mlz_tls mlz__tls __attribute__((tls_model("initial-exec")));
  * consistent. Only a wait for the drain thread checks the process (a
  * child of _Fork/clone has no drain thread): events.c. */
 
-/* A sample path is entered by announcing it (in_flight) BEFORE looking at
- * the flags; detach clears the flags, then waits for in_flight to drop to
- * zero. With both sides sequentially consistent, either the hook sees the
- * flag off, or detach sees the hook in flight: detach never frees memory a
- * hook is still using. */
-static int enter(_Atomic int *flag)
+/* A sample path is entered by announcing it (in_flight, the thread's own
+ * counter: events.c) BEFORE looking at the flags; detach clears the flags,
+ * then waits until every thread's in_flight is zero (mlz__quiescent). With
+ * both sides sequentially consistent, either the hook sees the flag off, or
+ * detach sees the hook in flight: detach never frees memory a hook is
+ * still using. Returns the counter to leave() with, or NULL. */
+static _Atomic uint64_t *enter(_Atomic int *flag)
 {
-    atomic_fetch_add(&mlz__g.c.in_flight, 1);
-    if (atomic_load(flag)) return 1;
-    atomic_fetch_sub(&mlz__g.c.in_flight, 1);
-    return 0;
+    _Atomic uint64_t *f = mlz__in_flight_slot();
+    atomic_fetch_add(f, 1);
+    if (atomic_load(flag)) return f;
+    atomic_fetch_sub(f, 1);
+    return NULL;
 }
 
-static void leave(void)
+static void leave(_Atomic uint64_t *f)
 {
-    atomic_fetch_sub_explicit(&mlz__g.c.in_flight, 1, memory_order_release);
+    atomic_fetch_sub_explicit(f, 1, memory_order_release);
 }
 
 static MLZ_COLD MLZ_NOINLINE void thread_init(mlz_tls *t)
@@ -108,7 +110,7 @@ static void record_alloc(mlz_tls *t, void *p, size_t n, uint64_t ts)
     if (mlz__g.rate > 1) mlz_bloom_add(&mlz__g.bloom, (uint64_t)p);   /* exact: saturated (state.c) */
     uint64_t seq = atomic_fetch_add_explicit(&mlz__g.seq, 1, memory_order_relaxed);
     mlz_heapmap_publish(&mlz__g.map, slot, (uint64_t)p, n, id, (uint32_t)t->tid, ts, seq);
-    atomic_fetch_add_explicit(&mlz__g.c.samples, 1, memory_order_relaxed);
+    mlz__count_sample();
 }
 
 /* Called when the countdown ran out (or on a thread's first allocation).
@@ -131,9 +133,10 @@ static MLZ_COLD MLZ_NOINLINE void sample_slow(void *p, size_t n, uint64_t ts)
     mlz_sampler_rearm(&t->s, mlz__g.rate);
     if (!p) return;
     t->s.in_hook = 1;
-    if (enter(&mlz__g.active_alloc)) {
+    _Atomic uint64_t *f = enter(&mlz__g.active_alloc);
+    if (f) {
         record_alloc(t, p, n, ts);
-        leave();
+        leave(f);
     }
     t->s.in_hook = 0;
 }
@@ -155,8 +158,7 @@ static void record_free(void *p, const mlz_heap_entry *old)
     /* An insert that died during birth (time 0) may not have added its
      * counts yet: taking them out could hide another sample. */
     if (old->time_ns && mlz__g.rate > 1) mlz_bloom_remove(&mlz__g.bloom, (uint64_t)p);
-    if (mlz__push(MLZ_REC_FREE, mlz__now_ns(), (uint64_t)p, 0, 0))
-        atomic_fetch_add_explicit(&mlz__g.c.frees_tracked, 1, memory_order_relaxed);
+    if (mlz__push(MLZ_REC_FREE, mlz__now_ns(), (uint64_t)p, 0, 0)) mlz__count_free();
 }
 
 /* Sampled pointer (maybe) freed: remove before the real free, so the
@@ -166,10 +168,11 @@ static MLZ_COLD MLZ_NOINLINE void free_slow(void *p)
     mlz_tls *t = &mlz__tls;
     if (t->s.in_hook) return;
     t->s.in_hook = 1;
-    if (enter(&mlz__g.active_free)) {
+    _Atomic uint64_t *f = enter(&mlz__g.active_free);
+    if (f) {
         mlz_heap_entry old;
         if (untrack(p, &old)) record_free(p, &old);
-        leave();
+        leave(f);
     }
     t->s.in_hook = 0;
 }
@@ -258,7 +261,8 @@ static void *realloc_common(void *p, size_t n, void *(*call)(void *, size_t, siz
 {
     mlz_tls *t = &mlz__tls;
     mlz_heap_entry old;
-    int had = 0, entered = 0;
+    int had = 0;
+    _Atomic uint64_t *entered = NULL;
     if (p && mlz_unlikely(mlz_bloom_maybe(&mlz__g.bloom, (uint64_t)p)) && !t->s.in_hook) {
         t->s.in_hook = 1;
         /* Stay entered until the outcome is known: the entry may go back. */
@@ -270,7 +274,7 @@ static void *realloc_common(void *p, size_t n, void *(*call)(void *, size_t, siz
     int count = mlz_sampler_should_sample(&t->s, total);
     uint64_t ts = count ? mlz__now_ns() : 0;
     void *q = call(p, n, m);
-    if (entered && !had) leave();
+    if (entered && !had) leave(entered);
     if (had) {
         t->s.in_hook = 1;
         if (!q && total != 0) {
@@ -282,7 +286,7 @@ static void *realloc_common(void *p, size_t n, void *(*call)(void *, size_t, siz
         } else {
             record_free(p, &old);
         }
-        leave();
+        leave(entered);
         t->s.in_hook = 0;
     }
     if (count) sample_slow(q, total, ts);

@@ -62,14 +62,15 @@ typedef struct mlz_rec {
 
 /* Statistics the tools read (memlyze status, the spool's counters). */
 typedef struct mlz_counters {
-    _Atomic uint64_t samples;        /* allocations sampled */
-    _Atomic uint64_t frees_tracked;  /* sampled allocations seen freed */
+    _Atomic uint64_t samples;        /* allocations sampled (summed by the drain thread) */
+    _Atomic uint64_t frees_tracked;  /* sampled allocations seen freed (likewise) */
     _Atomic uint64_t ring_drops;     /* samples given up: ring full (no ALLOC, no FREE) */
     _Atomic uint64_t no_ring;        /* samples given up: no ring left */
     _Atomic uint64_t reentrant;      /* hook entered from our own code */
     _Atomic uint64_t events_written;
     _Atomic uint64_t spool_errors;
-    _Atomic uint64_t in_flight;      /* hooks executing sample paths now */
+    _Atomic uint64_t in_flight;      /* sample paths running in threads without a ring
+                                      * (the others count in their ring: events.c) */
     _Atomic uint64_t frees_lost;     /* FREEs not recorded (ring full past the wait, or
                                       * no ring): each leaves a phantom live object */
 } mlz_counters;
@@ -135,6 +136,12 @@ void mlz__drain_stop(void);          /* final drain, seals the spool */
 void mlz__drain_forget(void);        /* fork child: the thread is gone */
 void mlz__drain_release(void);       /* unmaps the rings (detach, quiescent) */
 mlz_unwind_cache *mlz__unwind_cache(void);   /* this thread's, or NULL */
+/* Per-thread counters, kept in the thread's ring so no line shared by
+ * threads is written per event. */
+_Atomic uint64_t *mlz__in_flight_slot(void); /* what enter/leave count in */
+void mlz__count_sample(void);
+void mlz__count_free(void);
+int  mlz__quiescent(void);           /* 1: no thread is inside a sample path */
 void mlz__spool_note(unsigned type, const char *text, size_t len); /* written by the drain thread */
 
 #endif
