@@ -143,6 +143,7 @@ bench: all
 	bench/bench_payload.sh
 	bench/bench_snapshot.sh
 	bench/bench_attach.sh
+	bench/compare.sh
 
 deps:
 	@tests/install-deps.sh

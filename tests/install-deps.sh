@@ -21,6 +21,7 @@ pkgs=(
   python3-jsonschema  # checks speedscope exports against their published schema
   golang-go golang-github-google-pprof-dev  # builds the real pprof tool, offline, to read our exports
   chromium          # opens the flame graphs headless and looks at them
+  heaptrack         # bench/compare.sh measures memlyze against it
 )
 missing=()
 for p in "${pkgs[@]}"; do
