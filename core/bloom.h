@@ -25,7 +25,7 @@
 
 #include "platform.h"
 
-#define MLZ_BLOOM_DEFAULT_LOG2_CELLS 14 /* 2^14 one-byte cells = 16 KiB: mostly in L1 */
+#define MLZ_BLOOM_DEFAULT_LOG2_CELLS 16 /* 2^16 one-byte cells = 64 KiB: stays in L2 */
 #define MLZ_BLOOM_K 4                   /* cells per pointer */
 #define MLZ_BLOOM_STUCK 255
 
