@@ -25,6 +25,7 @@ int main(void)
     }
     waitpid(c, NULL, 0);
     void *shared = site_shared();
+    sink = malloc(64);      /* keeps the freed block from merging into the top chunk (and reuse) */
     pid_t v = vfork();
     if (v == 0) {
         free(shared);
