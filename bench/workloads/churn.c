@@ -77,6 +77,7 @@ int main(int argc, char **argv)
         n_ops = atol(argv[3]);
         const char *go = getenv("CHURN_GO");
         while (go && access(go, F_OK) != 0) usleep(1000);
+        free(malloc(1));    /* a profiler that starts at its first call starts now, untimed */
         pthread_t th[256];
         double t0 = now_ns();
         for (int i = 0; i < t && i < 256; i++) pthread_create(&th[i], NULL, worker, (void *)(long)i);
