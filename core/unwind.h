@@ -130,6 +130,7 @@ typedef struct mlz_unwind_cache_entry {
     uint8_t saved_mask;     /* bit i: saved[i] is set */
     int16_t ra_off;         /* return address at CFA + ra_off */
     int16_t saved[6];       /* rbx, rbp, r12-r15 at CFA + saved[i]; 0: unchanged */
+    int16_t span_lo, span_hi; /* every read is inside [CFA + span_lo, CFA + span_hi) */
 } mlz_unwind_cache_entry;
 
 typedef struct mlz_unwind_cache {
