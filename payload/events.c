@@ -580,7 +580,10 @@ void mlz__drain_forget(void)
         atomic_store(&rings[i].owner, 0);
         atomic_store(&rings[i].head, 0);
         atomic_store(&rings[i].tail, 0);
+        /* Threads that were inside a sample path at the fork are not here. */
+        atomic_store(&rings[i].in_flight, 0);
     }
+    atomic_store(&mlz__g.c.in_flight, 0);
 }
 
 void mlz__drain_release(void)
