@@ -194,6 +194,7 @@ bench: all
 	bench/bench_snapshot.sh
 	nice -n 5 bench/bench_heapdump.sh
 	bench/bench_attach.sh
+	bench/compare.sh
 
 # Long runs, not in CI: thousands of attach/detach cycles, hundreds of kills.
 soak: all

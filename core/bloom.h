@@ -33,7 +33,8 @@ typedef struct mlz_bloom {
     _Atomic(uint8_t *) cells;    /* mmap'd counters; swappable (see the payload's detach) */
     uint64_t mask;               /* cells - 1 */
     unsigned log2_cells;
-    _Atomic uint64_t nonzero;    /* cells above zero */
+    /* Written by adds and removes: off the line every free reads. */
+    _Alignas(MLZ_CACHELINE) _Atomic uint64_t nonzero;    /* cells above zero */
     _Atomic uint64_t stuck;      /* cells saturated at 255 */
 } mlz_bloom;
 

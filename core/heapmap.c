@@ -32,9 +32,13 @@ static int is_pointer(uint64_t k)
     return k != MLZ_HEAP_EMPTY && k != MLZ_HEAP_RESERVED && k != MLZ_HEAP_TOMBSTONE;
 }
 
+/* The blocks of one 4 KiB heap page share one 4 KiB page of the map (64
+ * slots, picked by address bits 4-9): the map's resident size then follows
+ * the heap pages in use rather than every address ever seen (exact mode
+ * made 11 MB of its 64 MB map resident on a churn of a 1 MB heap). */
 static uint64_t home_of(const mlz_heapmap *m, uint64_t ptr)
 {
-    return mlz_fmix64(ptr) & m->mask;
+    return ((mlz_fmix64(ptr >> 12) << 6) | ((ptr >> 4) & 63)) & m->mask;
 }
 
 static uint64_t probe_at(const mlz_heapmap *m, uint64_t home, uint64_t i)
@@ -249,7 +253,11 @@ int64_t mlz_heapmap_reserve(mlz_heapmap *m, uint64_t ptr)
         uint64_t idx = probe_at(m, home, i);
         if ((int64_t)idx == claimed) continue;
         mlz_heap_entry *e = &m->slots[idx];
-        uint64_t k = atomic_load_explicit(&e->key, memory_order_acquire);
+        /* The first touch of a slot is a write (an RMW that changes
+         * nothing): a read would map the zero page, and the claim's write
+         * then fault again to copy it (and flush other CPUs' TLBs). */
+        uint64_t k = i == 0 ? atomic_fetch_or_explicit(&e->key, 0, memory_order_acquire)
+                            : atomic_load_explicit(&e->key, memory_order_acquire);
 
         if (k == ptr || (k == MLZ_HEAP_RESERVED &&
                          atomic_load_explicit(&e->pending, memory_order_acquire) == ptr)) {

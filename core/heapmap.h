@@ -61,6 +61,9 @@ typedef struct mlz_heapmap {
     mlz_heap_entry *slots;  /* 2^log2_cap entries, mmap'd */
     uint64_t mask;          /* capacity - 1 */
     unsigned log2_cap;
+    /* Read by every look-up, written only when it grows: on this read-mostly
+     * line, not on the statistics' line that every insert writes. */
+    _Atomic uint64_t max_probe;           /* longest insert probe (also bounds lookups) */
     /* Statistics, all relaxed: nothing is ordered by them. */
     _Alignas(MLZ_CACHELINE) _Atomic uint64_t inserts;   /* successful publishes */
     _Atomic uint64_t removes;             /* published entries removed by free */
@@ -68,7 +71,6 @@ typedef struct mlz_heapmap {
     _Atomic uint64_t death_during_birth;  /* freed while RESERVED */
     _Atomic uint64_t tombstones_recycled; /* reserve reused a TOMBSTONE */
     _Atomic uint64_t stale_replaced;      /* same pointer found live at reserve */
-    _Atomic uint64_t max_probe;           /* longest insert probe (also bounds lookups) */
     _Atomic uint64_t live;                /* published and not removed (approximate) */
 } mlz_heapmap;
 

@@ -114,7 +114,8 @@ unsigned mlz_unwind_dwarf_bounded(uint64_t *pcs, unsigned max, unsigned skip,
 
 /* Per-thread cache of unwind rules, keyed by pc, for frames whose rule is
  * "CFA = rsp or rbp + offset; return address and callee-saved registers
- * saved at CFA + offset" (almost all compiled code). A hit skips the module
+ * saved at CFA + offset" (almost all compiled code), and for the outermost
+ * frame (undefined return address: the walk ends there). A hit skips the module
  * lookup, the FDE search and the CFA program. Zero-initialise it; it empties
  * itself when the module table's generation changes. Not re-entrant: one
  * cache per thread, never used from a signal handler that may interrupt an
@@ -125,10 +126,11 @@ unsigned mlz_unwind_dwarf_bounded(uint64_t *pcs, unsigned max, unsigned skip,
 typedef struct mlz_unwind_cache_entry {
     uint64_t pc;            /* lookup pc; 0: empty */
     int32_t cfa_off;
-    uint8_t cfa_reg;        /* MLZ_REG_RSP or MLZ_REG_RBP */
+    uint8_t cfa_reg;        /* MLZ_REG_RSP or MLZ_REG_RBP; 0xff: outermost frame */
     uint8_t saved_mask;     /* bit i: saved[i] is set */
     int16_t ra_off;         /* return address at CFA + ra_off */
     int16_t saved[6];       /* rbx, rbp, r12-r15 at CFA + saved[i]; 0: unchanged */
+    int16_t span_lo, span_hi; /* every read is inside [CFA + span_lo, CFA + span_hi) */
 } mlz_unwind_cache_entry;
 
 typedef struct mlz_unwind_cache {

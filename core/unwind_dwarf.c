@@ -822,27 +822,56 @@ static void cache_fill(mlz_unwind_cache_entry *e, uint64_t look, const row *rw, 
     t.cfa_off = (int32_t)rw->cfa_v;
     t.cfa_reg = rw->cfa_reg;
     t.ra_off = (int16_t)rw->v[MLZ_REG_RIP];
+    int32_t lo = t.ra_off, hi = t.ra_off;
+    for (unsigned i = 0; i < 6; i++)
+        if (t.saved_mask & (1u << i)) {
+            if (t.saved[i] < lo) lo = t.saved[i];
+            if (t.saved[i] > hi) hi = t.saved[i];
+        }
+    if (!fits16(hi + 8))
+        return;
+    t.span_lo = (int16_t)lo;
+    t.span_hi = (int16_t)(hi + 8);
     *e = t;
 }
 
-/* apply_row() for a cached row. */
-static int cache_apply(const mlz_unwind_cache_entry *e, const mlz_unwind_regs *cur,
-                       const bounds *b, mlz_unwind_regs *nx)
+/* cfa_reg of an entry that says "the outermost frame: the walk ends here"
+ * (every walk of a thread ends at the same place, e.g. clone3). */
+#define CACHE_OUTERMOST 0xff
+
+static void cache_fill_outermost(mlz_unwind_cache_entry *e, uint64_t look)
 {
+    mlz_unwind_cache_entry t;
+    memset(&t, 0, sizeof t);
+    t.pc = look;
+    t.cfa_reg = CACHE_OUTERMOST;
+    *e = t;
+}
+
+/* apply_row() for a cached row. One bounds check covers every read (the
+ * entry's span): the same outcome as checking each, as any read outside
+ * fails the step. */
+__attribute__((no_sanitize_address)) static int cache_apply(const mlz_unwind_cache_entry *e,
+                                                            const mlz_unwind_regs *cur,
+                                                            const bounds *b, mlz_unwind_regs *nx)
+{
+    if (e->cfa_reg == CACHE_OUTERMOST)
+        return STEP_END;
     if (!(cur->valid & REG_BIT(e->cfa_reg)))
         return STEP_BAD;
     uint64_t cfa = cur->reg[e->cfa_reg] + (uint64_t)(int64_t)e->cfa_off;
+    uint64_t lo = cfa + (uint64_t)(int64_t)e->span_lo, hi = cfa + (uint64_t)(int64_t)e->span_hi;
+    if (lo < b->lo || hi > b->hi || lo > hi)
+        return STEP_BAD;
     for (unsigned i = 0; i < 6; i++)
         nx->reg[cached_regs[i]] = cur->reg[cached_regs[i]];
     nx->valid = cur->valid & CALLEE_SAVED;
     for (unsigned m = e->saved_mask; m; m &= m - 1) {
         unsigned i = (unsigned)__builtin_ctz(m);
-        if (rd_stack(b, cfa + (uint64_t)(int64_t)e->saved[i], 8, &nx->reg[cached_regs[i]]) < 0)
-            return STEP_BAD;
+        memcpy(&nx->reg[cached_regs[i]], (const void *)(uintptr_t)(cfa + (uint64_t)(int64_t)e->saved[i]), 8);
         nx->valid |= REG_BIT(cached_regs[i]);
     }
-    if (rd_stack(b, cfa + (uint64_t)(int64_t)e->ra_off, 8, &nx->reg[MLZ_REG_RIP]) < 0)
-        return STEP_BAD;
+    memcpy(&nx->reg[MLZ_REG_RIP], (const void *)(uintptr_t)(cfa + (uint64_t)(int64_t)e->ra_off), 8);
     nx->reg[MLZ_REG_RSP] = cfa;
     nx->valid |= REG_BIT(MLZ_REG_RSP) | REG_BIT(MLZ_REG_RIP);
     return STEP_OK;
@@ -891,6 +920,8 @@ static int step(walker *w, const mlz_unwind_regs *cur, uint64_t look, mlz_unwind
         *signal = w->ci.signal;
         if (rc == STEP_OK && ce)
             cache_fill(ce, look, &rw, &w->ci);
+        else if (rc == STEP_END && ce && !w->ci.signal)
+            cache_fill_outermost(ce, look);
         return rc;
     case FDE_NONE:
         if (sigreturn_step(w->m, cur, &w->b, nx) == STEP_OK) {

@@ -9,8 +9,8 @@
  * Detach, in the order that keeps every thread safe:
  *   1. restore the GOT slots: no new call reaches the hooks through them;
  *   2. switch sampling and free tracking off, then wait until no thread is
- *      inside a sample path (mlz__g.c.in_flight, entered before the flags
- *      are checked: see mlz__enter in hooks.c);
+ *      inside a sample path (mlz__quiescent: per-thread in_flight counts,
+ *      entered before the flags are checked: see enter in hooks.c);
  *   3. drain and seal the spool;
  *   4. give the big memory back. Hooks stay mapped as pass-through code,
  *      because pointers to them may have been copied out of GLOB_DAT slots
@@ -182,7 +182,7 @@ MLZ_EXPORT int memlyze_attach(const char *config)
 static int wait_quiescent(void)
 {
     for (int i = 0; i < 20000; i++) {
-        if (atomic_load(&mlz__g.c.in_flight) == 0) return 0;
+        if (mlz__quiescent()) return 0;
         struct timespec ts = { 0, 100000 };
         nanosleep(&ts, NULL);
     }

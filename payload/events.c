@@ -3,8 +3,13 @@
  *
  * Each thread that samples claims a ring (single producer: that thread;
  * single consumer: the drain thread). Pushing is two relaxed loads, a copy
- * and a release store; a full ring drops the event and counts it, so a
- * target thread never waits for I/O.
+ * and a release store. When the ring is full:
+ *   - a sampled ALLOC is given up (the caller cancels the sample, so no
+ *     FREE will ever name it) and counted: the thread does not wait;
+ *   - a FREE, and in exact mode every event, waits for the drain thread,
+ *     yielding, for at most PUSH_WAIT_NS. A FREE lost after that is
+ *     counted (frees_lost): the one loss that leaves a phantom object.
+ * The drain thread wakes sooner while rings fill up, so waits stay rare.
  *
  * The drain thread wakes every few milliseconds, reads D = now, then merges
  * the rings by timestamp and writes every record stamped <= D. Why that is
@@ -38,10 +43,16 @@
 #include <unistd.h>
 
 #define MAX_RINGS 1024
-#define DRAIN_PERIOD_NS (10 * 1000 * 1000)
+#define DRAIN_PERIOD_NS (10 * 1000 * 1000)      /* sampled mode, rings quiet */
+#define DRAIN_BUSY_NS   (1000 * 1000)           /* exact mode, or rings filling */
+#define PUSH_WAIT_NS    (1000ull * 1000 * 1000) /* longest wait for room in a ring */
 
 typedef struct mlz_ring {
     _Alignas(64) _Atomic uint64_t head;   /* written by the owner */
+    /* Also the owner's alone, on its line: no counter shared by threads is
+     * written per event. The drain thread adds them up (sum_counters). */
+    _Atomic uint64_t in_flight;           /* the owner is inside a sample path */
+    uint64_t samples, frees_tracked;
     _Alignas(64) _Atomic uint64_t tail;   /* written by the drain thread */
     _Atomic int32_t owner;                /* tid, 0 = free */
     uint32_t mask;
@@ -104,6 +115,63 @@ static mlz_ring *my_ring(mlz_tls *t)
     return t->ring = claim_ring(t->tid);
 }
 
+/* Per-thread counters (see payload.h): this thread's ring's, or the
+ * shared ones when the thread has no ring. */
+_Atomic uint64_t *mlz__in_flight_slot(void)
+{
+    mlz_ring *r = my_ring(&mlz__tls);
+    return r ? &r->in_flight : &mlz__g.c.in_flight;
+}
+
+/* Counts of threads without a ring, and of rings given back (detach). */
+static _Atomic uint64_t samples_shared, frees_shared;
+
+/* Only the owner writes its ring's counts: a plain add, stored atomically
+ * for the drain thread that reads them. */
+static void ring_count(uint64_t *c)
+{
+    __atomic_store_n(c, __atomic_load_n(c, __ATOMIC_RELAXED) + 1, __ATOMIC_RELAXED);
+}
+
+void mlz__count_sample(void)
+{
+    mlz_ring *r = mlz__tls.ring;   /* the push just used it */
+    if (r) ring_count(&r->samples);
+    else atomic_fetch_add_explicit(&samples_shared, 1, memory_order_relaxed);
+}
+
+void mlz__count_free(void)
+{
+    mlz_ring *r = mlz__tls.ring;
+    if (r) ring_count(&r->frees_tracked);
+    else atomic_fetch_add_explicit(&frees_shared, 1, memory_order_relaxed);
+}
+
+int mlz__quiescent(void)
+{
+    if (atomic_load(&mlz__g.c.in_flight)) return 0;
+    uint32_t n = atomic_load(&nrings);
+    for (uint32_t i = 0; i < n; i++)
+        if (atomic_load(&rings[i].in_flight)) return 0;
+    return 1;
+}
+
+/* The counters tools read (memlyze_info, the spool's COUNTERS): the shared
+ * part plus every ring's. Rings are never freed while the drain runs, and
+ * a reused ring keeps its counts (they belong to the process, not the
+ * thread). */
+static void sum_counters(void)
+{
+    uint64_t s = atomic_load(&samples_shared), f = atomic_load(&frees_shared);
+    uint32_t n = atomic_load_explicit(&nrings, memory_order_acquire);
+    for (uint32_t i = 0; i < n; i++) {
+        s += __atomic_load_n(&rings[i].samples, __ATOMIC_RELAXED);
+        f += __atomic_load_n(&rings[i].frees_tracked, __ATOMIC_RELAXED);
+    }
+    atomic_store_explicit(&mlz__g.c.samples, s, memory_order_relaxed);
+    atomic_store_explicit(&mlz__g.c.frees_tracked, f, memory_order_relaxed);
+}
+
 mlz_unwind_cache *mlz__unwind_cache(void)
 {
     mlz_ring *r = my_ring(&mlz__tls);
@@ -117,33 +185,60 @@ mlz_unwind_cache *mlz__unwind_cache(void)
     return r->ucache;
 }
 
-void mlz__push(uint8_t type, uint64_t ts_ns, uint64_t addr, uint64_t size, uint32_t stack_id)
+static int ring_full(mlz_ring *r, uint64_t h)
+{
+    return h - atomic_load_explicit(&r->tail, memory_order_acquire) > r->mask;
+}
+
+/* Yields until the drain thread made room, for PUSH_WAIT_NS at most. A
+ * child of _Fork or clone (no atfork handler ran) has no drain thread:
+ * it never waits. 1 = room now. */
+static MLZ_COLD MLZ_NOINLINE int wait_for_room(mlz_ring *r, uint64_t h)
+{
+    if (!atomic_load_explicit(&drain_running, memory_order_relaxed) ||
+        (pid_t)syscall(SYS_getpid) != mlz__g.pid)
+        return 0;
+    /* Sleep rather than spin: with more busy threads than CPUs, threads
+     * that only yield leave the drain thread a small share of a CPU. */
+    uint64_t t0 = mlz__now_ns();
+    for (unsigned i = 1;; i++) {
+        if (i <= 4) {
+            sched_yield();
+        } else {
+            struct timespec ts = { 0, 50 * 1000 };
+            nanosleep(&ts, NULL);
+        }
+        if (!ring_full(r, h)) return 1;
+        if (i % 16 == 0 && mlz__now_ns() - t0 > PUSH_WAIT_NS) return 0;
+    }
+}
+
+int mlz__push(enum mlz_rec_kind kind, uint64_t ts_ns, uint64_t addr, uint64_t size, uint32_t stack_id)
 {
     mlz_tls *t = &mlz__tls;
     mlz_ring *r = my_ring(t);
+    /* Waiting is for events whose loss would falsify the trace: a FREE
+     * (its object would live on), and every event in exact mode. */
+    int must = kind == MLZ_REC_FREE || mlz__g.rate <= 1;
     if (mlz_unlikely(!r)) {
-        atomic_fetch_add_explicit(&mlz__g.c.no_ring, 1, memory_order_relaxed);
-        return;
+        atomic_fetch_add_explicit(kind == MLZ_REC_FREE ? &mlz__g.c.frees_lost : &mlz__g.c.no_ring, 1,
+                                  memory_order_relaxed);
+        return 0;
     }
     uint64_t h = atomic_load_explicit(&r->head, memory_order_relaxed);
-    if (h - atomic_load_explicit(&r->tail, memory_order_acquire) > r->mask) {
-        /* Sampled mode drops (the thread must not wait). Exact mode promises
-         * every event, so it yields to the drain thread for a bounded time. */
-        int spins = mlz__g.rate <= 1 && atomic_load_explicit(&drain_running, memory_order_relaxed) ? 200000 : 0;
-        while (spins-- > 0 && h - atomic_load_explicit(&r->tail, memory_order_acquire) > r->mask)
-            sched_yield();
-        if (h - atomic_load_explicit(&r->tail, memory_order_acquire) > r->mask) {
-            atomic_fetch_add_explicit(&mlz__g.c.ring_drops, 1, memory_order_relaxed);
-            return;
-        }
+    if (mlz_unlikely(ring_full(r, h)) && (!must || !wait_for_room(r, h))) {
+        atomic_fetch_add_explicit(kind == MLZ_REC_FREE ? &mlz__g.c.frees_lost : &mlz__g.c.ring_drops, 1,
+                                  memory_order_relaxed);
+        return 0;
     }
     mlz_rec *e = &r->recs[h & r->mask];
     e->ts_ns = ts_ns;
     e->addr = addr;
     e->size = size;
     e->stack_id = stack_id;
-    e->type = type;
+    e->type = (uint8_t)kind;
     atomic_store_explicit(&r->head, h + 1, memory_order_release);
+    return 1;
 }
 
 /* ------------------------------------------------------------ the spool */
@@ -249,7 +344,7 @@ static void write_rec(const mlz_rec *e, int32_t tid)
 {
     uint64_t t = to_us(e->ts_ns);
     int rc;
-    if (e->type == 0) {
+    if (e->type == MLZ_REC_ALLOC) {
         uint64_t id = e->stack_id;
         if (id == MLZ_STACK_NONE || id >= MLZ_STACKTAB_DEFAULT_MAX) {
             id = SPOOL_TRUNCATED_ID;
@@ -269,27 +364,46 @@ static void write_rec(const mlz_rec *e, int32_t tid)
     else atomic_fetch_add_explicit(&mlz__g.c.events_written, 1, memory_order_relaxed);
 }
 
-/* One round: merge every record stamped <= limit from all rings. */
-static void drain_round(uint64_t limit)
+/* One round: merge every record stamped <= limit from all rings. Returns
+ * the fullest ring's fill at the start, in records.
+ *
+ * Each ring's head is read once, at the start (what a ring gains during
+ * the round waits for the next one; the ordering argument above holds for
+ * those snapshots, all taken after D was read), and the drain's own tail
+ * is published every TAIL_BATCH records: the per-record loop touches no
+ * line a producer writes. */
+#define TAIL_BATCH 64
+static uint64_t drain_round(uint64_t limit)
 {
-    uint32_t n = atomic_load_explicit(&nrings, memory_order_acquire);
-    for (;;) {
-        mlz_ring *best = NULL;
-        const mlz_rec *be = NULL;
-        for (uint32_t i = 0; i < n; i++) {
-            mlz_ring *r = &rings[i];
-            if (!r->recs) continue;
-            uint64_t tl = atomic_load_explicit(&r->tail, memory_order_relaxed);
-            if (tl == atomic_load_explicit(&r->head, memory_order_acquire)) continue;
-            const mlz_rec *e = &r->recs[tl & r->mask];
-            if (e->ts_ns <= limit && (!be || e->ts_ns < be->ts_ns)) { best = r; be = e; }
-        }
-        if (!best) return;
-        mlz_rec copy = *be;
-        write_rec(&copy, atomic_load_explicit(&best->owner, memory_order_relaxed));
-        atomic_store_explicit(&best->tail, atomic_load_explicit(&best->tail, memory_order_relaxed) + 1,
-                              memory_order_release);
+    static uint64_t head[MAX_RINGS], tail[MAX_RINGS];
+    static uint32_t active[MAX_RINGS];
+    uint32_t n = atomic_load_explicit(&nrings, memory_order_acquire), na = 0;
+    uint64_t fullest = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        if (!rings[i].recs) continue;
+        head[i] = atomic_load_explicit(&rings[i].head, memory_order_acquire);
+        tail[i] = atomic_load_explicit(&rings[i].tail, memory_order_relaxed);
+        if (head[i] - tail[i] > fullest) fullest = head[i] - tail[i];
+        if (head[i] != tail[i]) active[na++] = i;
     }
+    for (;;) {
+        uint32_t best = UINT32_MAX, bk = 0;
+        uint64_t bts = 0;
+        for (uint32_t k = 0; k < na; k++) {
+            uint32_t i = active[k];
+            uint64_t ts = rings[i].recs[tail[i] & rings[i].mask].ts_ns;
+            if (ts <= limit && (best == UINT32_MAX || ts < bts)) { best = i; bk = k; bts = ts; }
+        }
+        if (best == UINT32_MAX) break;
+        mlz_ring *r = &rings[best];
+        mlz_rec copy = r->recs[tail[best] & r->mask];
+        write_rec(&copy, atomic_load_explicit(&r->owner, memory_order_relaxed));
+        if (++tail[best] % TAIL_BATCH == 0) atomic_store_explicit(&r->tail, tail[best], memory_order_release);
+        if (tail[best] == head[best]) active[bk] = active[--na];
+    }
+    for (uint32_t i = 0; i < n; i++)
+        if (rings[i].recs) atomic_store_explicit(&rings[i].tail, tail[i], memory_order_release);
+    return fullest;
 }
 
 /* Rings of threads that have exited are emptied and handed back. */
@@ -318,12 +432,14 @@ static void *drain_main(void *arg)
      * (SIGCANCEL, SIGSETXID) out of a full set, so this unblocks them. */
     pthread_sigmask(SIG_SETMASK, &all, NULL);
     unsigned round = 0;
+    long period = mlz__g.rate <= 1 ? DRAIN_BUSY_NS : DRAIN_PERIOD_NS;
     while (atomic_load(&drain_gen) == gen) {
-        struct timespec ts = { 0, mlz__g.rate <= 1 ? DRAIN_PERIOD_NS / 10 : DRAIN_PERIOD_NS };
         /* A futex sleep, so that a flush request (an exec waiting) wakes us
          * at once; the check before it catches a request made earlier. */
+        struct timespec ts = { 0, period };
         uint32_t w = atomic_load(&flush_wake);
-        if (atomic_load(&flush_req) == atomic_load(&flush_done))
+        if (!period) sched_yield();
+        else if (atomic_load(&flush_req) == atomic_load(&flush_done))
             syscall(SYS_futex, &flush_wake, FUTEX_WAIT_PRIVATE, w, &ts, NULL, 0);
         uint64_t fr = atomic_load(&flush_req);   /* before d: covers what was pushed */
         if (atomic_load(&drain_gen) != gen) break;   /* detached while asleep: its memory may be gone */
@@ -331,7 +447,12 @@ static void *drain_main(void *arg)
         uint64_t d = mlz__now_ns();
         write_modules(to_us(d));
         write_note(to_us(d));
-        drain_round(d);
+        /* A ring an eighth full after a period: come back sooner; half
+         * full (threads may be waiting for room): at once. */
+        uint64_t fullest = drain_round(d);
+        sum_counters();
+        period = fullest > ring_size / 2 ? 0
+               : mlz__g.rate <= 1 || fullest > ring_size / 8 ? DRAIN_BUSY_NS : DRAIN_PERIOD_NS;
         if (fr != atomic_load(&flush_done)) {
             if (mlz_writer_end_block(&spool))
                 atomic_fetch_add_explicit(&mlz__g.c.spool_errors, 1, memory_order_relaxed);
@@ -341,7 +462,7 @@ static void *drain_main(void *arg)
         }
         if (++round % 100 == 0) {
             reclaim_rings();
-            /* What the process did up to ~1 s ago is on disk even if it
+            /* What the process did up to a moment ago is on disk even if it
              * never reaches the destructor (killed, or exec'd while
              * attached: no exec hook then). */
             if (fr == atomic_load(&flush_done) && mlz_writer_end_block(&spool))
@@ -389,7 +510,9 @@ static void build_meta(size_t *len)
 
 int mlz__drain_start(void)
 {
-    ring_size = mlz__g.rate <= 1 ? 1u << 16 : 1u << 10;
+    /* Pages of a ring become resident as it wraps: 128 KiB per sampling
+     * thread, 256 KiB per thread in exact mode (drained every ms). */
+    ring_size = mlz__g.rate <= 1 ? 1u << 13 : 1u << 12;
     if (!stack_written) {
         void *m = mmap(NULL, MLZ_STACKTAB_DEFAULT_MAX / 8, PROT_READ | PROT_WRITE,
                        MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -435,6 +558,7 @@ static void write_counters(uint64_t t_us)
     C("events_written", mlz__g.c.events_written);
     C("ring_drops", mlz__g.c.ring_drops);
     C("no_ring", mlz__g.c.no_ring);
+    C("frees_lost", mlz__g.c.frees_lost);
     C("reentrant", mlz__g.c.reentrant);
     C("spool_errors", mlz__g.c.spool_errors);
     C("map_capacity", mlz__g.map.mask + 1);
@@ -474,6 +598,7 @@ void mlz__drain_stop(void)
     write_modules(to_us(d));
     drain_round(UINT64_MAX);
     write_note(to_us(d));
+    sum_counters();
     write_counters(to_us(d));
     mlz_writer_marker(&spool, to_us(d), 1);
     if (mlz_writer_close(&spool))
@@ -506,7 +631,10 @@ void mlz__drain_forget(void)
         atomic_store(&rings[i].owner, 0);
         atomic_store(&rings[i].head, 0);
         atomic_store(&rings[i].tail, 0);
+        /* Threads that were inside a sample path at the fork are not here. */
+        atomic_store(&rings[i].in_flight, 0);
     }
+    atomic_store(&mlz__g.c.in_flight, 0);
 }
 
 void mlz__drain_release(void)
@@ -517,6 +645,10 @@ void mlz__drain_release(void)
         if (rings[i].ucache) munmap(rings[i].ucache, sizeof(mlz_unwind_cache));
         rings[i].recs = NULL;
         rings[i].ucache = NULL;
+        /* The process's totals stay (counters are cumulative). */
+        atomic_fetch_add(&samples_shared, rings[i].samples);
+        atomic_fetch_add(&frees_shared, rings[i].frees_tracked);
+        rings[i].samples = rings[i].frees_tracked = 0;
         atomic_store(&rings[i].owner, 0);
         atomic_store(&rings[i].head, 0);
         atomic_store(&rings[i].tail, 0);

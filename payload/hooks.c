@@ -24,29 +24,33 @@
 
 __thread mlz_tls mlz__tls __attribute__((tls_model("initial-exec")));
 
-/* A vfork child shares our memory and must not touch profiler state; a
- * fork child without MEMLYZE_FOLLOW_FORK has profiling off (control.c). */
-static int foreign_process(void)
+/* No process check on these paths (a getpid per event cost a third of
+ * exact mode). A fork child runs the atfork handler (control.c) before it
+ * can allocate; a vfork child borrows the memory and the TLS of a parent
+ * thread that stays suspended until the child execs or exits, so what it
+ * does to our structures is what that thread would do: its allocations are
+ * real blocks in the parent's heap, and the rings, map and filter stay
+ * consistent. Only a wait for the drain thread checks the process (a
+ * child of _Fork/clone has no drain thread): events.c. */
+
+/* A sample path is entered by announcing it (in_flight, the thread's own
+ * counter: events.c) BEFORE looking at the flags; detach clears the flags,
+ * then waits until every thread's in_flight is zero (mlz__quiescent). With
+ * both sides sequentially consistent, either the hook sees the flag off, or
+ * detach sees the hook in flight: detach never frees memory a hook is
+ * still using. Returns the counter to leave() with, or NULL. */
+static _Atomic uint64_t *enter(_Atomic int *flag)
 {
-    return (pid_t)syscall(SYS_getpid) != mlz__g.pid;
+    _Atomic uint64_t *f = mlz__in_flight_slot();
+    atomic_fetch_add(f, 1);
+    if (atomic_load(flag)) return f;
+    atomic_fetch_sub(f, 1);
+    return NULL;
 }
 
-/* A sample path is entered by announcing it (in_flight) BEFORE looking at
- * the flags; detach clears the flags, then waits for in_flight to drop to
- * zero. With both sides sequentially consistent, either the hook sees the
- * flag off, or detach sees the hook in flight: detach never frees memory a
- * hook is still using. */
-static int enter(_Atomic int *flag)
+static void leave(_Atomic uint64_t *f)
 {
-    atomic_fetch_add(&mlz__g.c.in_flight, 1);
-    if (atomic_load(flag)) return 1;
-    atomic_fetch_sub(&mlz__g.c.in_flight, 1);
-    return 0;
-}
-
-static void leave(void)
-{
-    atomic_fetch_sub_explicit(&mlz__g.c.in_flight, 1, memory_order_release);
+    atomic_fetch_sub_explicit(f, 1, memory_order_release);
 }
 
 static MLZ_COLD MLZ_NOINLINE void thread_init(mlz_tls *t)
@@ -89,20 +93,24 @@ static unsigned capture(mlz_tls *t, uint64_t *pcs)
     return k;
 }
 
-/* The sampled allocation: reserve, record, publish. */
+/* The sampled allocation: reserve, record, publish. An ALLOC that could
+ * not be recorded is no sample at all (the reservation is given back), so
+ * no FREE can ever be recorded for it. */
 static void record_alloc(mlz_tls *t, void *p, size_t n, uint64_t ts)
 {
-    if (foreign_process()) return;
     int64_t slot = mlz_heapmap_reserve(&mlz__g.map, (uint64_t)p);
     if (slot < 0) return;                       /* map full: counted there */
-    mlz_bloom_add(&mlz__g.bloom, (uint64_t)p);
     uint64_t pcs[MLZ_MAX_FRAMES];
     unsigned depth = capture(t, pcs);
     uint32_t id = mlz_stacktab_intern(&mlz__g.stacks, pcs, depth);
-    mlz__push(0 /* ALLOC */, ts, (uint64_t)p, n, id);
+    if (!mlz__push(MLZ_REC_ALLOC, ts, (uint64_t)p, n, id)) {
+        mlz_heapmap_cancel(&mlz__g.map, slot);
+        return;
+    }
+    if (mlz__g.rate > 1) mlz_bloom_add(&mlz__g.bloom, (uint64_t)p);   /* exact: saturated (state.c) */
     uint64_t seq = atomic_fetch_add_explicit(&mlz__g.seq, 1, memory_order_relaxed);
     mlz_heapmap_publish(&mlz__g.map, slot, (uint64_t)p, n, id, (uint32_t)t->tid, ts, seq);
-    atomic_fetch_add_explicit(&mlz__g.c.samples, 1, memory_order_relaxed);
+    mlz__count_sample();
 }
 
 /* Called when the countdown ran out (or on a thread's first allocation).
@@ -125,11 +133,32 @@ static MLZ_COLD MLZ_NOINLINE void sample_slow(void *p, size_t n, uint64_t ts)
     mlz_sampler_rearm(&t->s, mlz__g.rate);
     if (!p) return;
     t->s.in_hook = 1;
-    if (enter(&mlz__g.active_alloc)) {
+    _Atomic uint64_t *f = enter(&mlz__g.active_alloc);
+    if (f) {
         record_alloc(t, p, n, ts);
-        leave();
+        leave(f);
     }
     t->s.in_hook = 0;
+}
+
+/* The two halves of a tracked free, shared by free and realloc. The
+ * caller has entered the free side (enter(&mlz__g.active_free)).
+ * untrack: p leaves the map; 1 = it was a sample (old gets its entry). The
+ * look-up comes first: a Bloom false positive costs no write. */
+static int untrack(void *p, mlz_heap_entry *old)
+{
+    return mlz_heapmap_contains(&mlz__g.map, (uint64_t)p) &&
+           mlz_heapmap_remove(&mlz__g.map, (uint64_t)p, old);
+}
+
+/* record_free: after untrack, once p is really gone. Its time is taken
+ * now, after the removal (see the ordering rules above). */
+static void record_free(void *p, const mlz_heap_entry *old)
+{
+    /* An insert that died during birth (time 0) may not have added its
+     * counts yet: taking them out could hide another sample. */
+    if (old->time_ns && mlz__g.rate > 1) mlz_bloom_remove(&mlz__g.bloom, (uint64_t)p);
+    if (mlz__push(MLZ_REC_FREE, mlz__now_ns(), (uint64_t)p, 0, 0)) mlz__count_free();
 }
 
 /* Sampled pointer (maybe) freed: remove before the real free, so the
@@ -139,19 +168,11 @@ static MLZ_COLD MLZ_NOINLINE void free_slow(void *p)
     mlz_tls *t = &mlz__tls;
     if (t->s.in_hook) return;
     t->s.in_hook = 1;
-    if (enter(&mlz__g.active_free)) {
+    _Atomic uint64_t *f = enter(&mlz__g.active_free);
+    if (f) {
         mlz_heap_entry old;
-        /* The look-up first: a Bloom false positive costs no system call.
-         * The process check (getpid) only guards actual writes. */
-        if (mlz_heapmap_contains(&mlz__g.map, (uint64_t)p) && !foreign_process() &&
-            mlz_heapmap_remove(&mlz__g.map, (uint64_t)p, &old)) {
-            /* An insert that died during birth (time 0) may not have added
-             * its counts yet: taking them out could hide another sample. */
-            if (old.time_ns) mlz_bloom_remove(&mlz__g.bloom, (uint64_t)p);
-            mlz__push(1 /* FREE */, mlz__now_ns(), (uint64_t)p, 0, 0);
-            atomic_fetch_add_explicit(&mlz__g.c.frees_tracked, 1, memory_order_relaxed);
-        }
-        leave();
+        if (untrack(p, &old)) record_free(p, &old);
+        leave(f);
     }
     t->s.in_hook = 0;
 }
@@ -178,15 +199,15 @@ void *mlz_hook_malloc(size_t n)
     ALLOC_HOOK(mlz__g.real.malloc(n), n);
 }
 
-/* Both ways out are tail calls, so the hook needs no stack frame of its own;
- * nothing unwinds through it (only allocations record stacks). */
+/* Both ways out are tail calls, so the hook needs no stack frame of its
+ * own (nothing unwinds through it: only allocations record stacks). */
 static MLZ_COLD MLZ_NOINLINE void free_slow_then_free(void *p)
 {
     free_slow(p);
     mlz__g.real.free(p);
 }
 
-__attribute__((optimize("omit-frame-pointer"))) void mlz_hook_free(void *p)
+void mlz_hook_free(void *p)
 {
     if (p && mlz_unlikely(mlz_bloom_maybe(&mlz__g.bloom, (uint64_t)p))) {
         free_slow_then_free(p);
@@ -240,20 +261,20 @@ static void *realloc_common(void *p, size_t n, void *(*call)(void *, size_t, siz
 {
     mlz_tls *t = &mlz__tls;
     mlz_heap_entry old;
-    int had = 0, entered = 0;
+    int had = 0;
+    _Atomic uint64_t *entered = NULL;
     if (p && mlz_unlikely(mlz_bloom_maybe(&mlz__g.bloom, (uint64_t)p)) && !t->s.in_hook) {
         t->s.in_hook = 1;
         /* Stay entered until the outcome is known: the entry may go back. */
         if ((entered = enter(&mlz__g.active_free)))
-            had = mlz_heapmap_contains(&mlz__g.map, (uint64_t)p) && !foreign_process() &&
-                  mlz_heapmap_remove(&mlz__g.map, (uint64_t)p, &old);
+            had = untrack(p, &old);
         t->s.in_hook = 0;
     }
     size_t total = n * m;
     int count = mlz_sampler_should_sample(&t->s, total);
     uint64_t ts = count ? mlz__now_ns() : 0;
     void *q = call(p, n, m);
-    if (entered && !had) leave();
+    if (entered && !had) leave(entered);
     if (had) {
         t->s.in_hook = 1;
         if (!q && total != 0) {
@@ -263,11 +284,9 @@ static void *realloc_common(void *p, size_t n, void *(*call)(void *, size_t, siz
                 mlz_heapmap_publish(&mlz__g.map, slot, (uint64_t)p, old.size, old.stack_id, old.tid,
                                     old.time_ns, old.seq);
         } else {
-            if (old.time_ns) mlz_bloom_remove(&mlz__g.bloom, (uint64_t)p);
-            mlz__push(1, mlz__now_ns(), (uint64_t)p, 0, 0);
-            atomic_fetch_add_explicit(&mlz__g.c.frees_tracked, 1, memory_order_relaxed);
+            record_free(p, &old);
         }
-        leave();
+        leave(entered);
         t->s.in_hook = 0;
     }
     if (count) sample_slow(q, total, ts);

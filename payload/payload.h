@@ -46,6 +46,9 @@ extern __thread mlz_tls mlz__tls __attribute__((tls_model("initial-exec")));
 
 enum mlz_unwinder { MLZ_UNWIND_DWARF = 0, MLZ_UNWIND_FP = 1 };
 
+/* What a record says (mlz_rec.type). */
+enum mlz_rec_kind { MLZ_REC_ALLOC = 0, MLZ_REC_FREE = 1 };
+
 /* Event records, as the hooks push them (drain thread turns them into
  * .mlyze events). 32 bytes. */
 typedef struct mlz_rec {
@@ -53,20 +56,23 @@ typedef struct mlz_rec {
     uint64_t addr;
     uint64_t size;
     uint32_t stack_id;
-    uint8_t  type;            /* MLZ_EV_ALLOC or MLZ_EV_FREE */
+    uint8_t  type;            /* enum mlz_rec_kind */
     uint8_t  pad[3];
 } mlz_rec;
 
 /* Statistics the tools read (memlyze status, the spool's counters). */
 typedef struct mlz_counters {
-    _Atomic uint64_t samples;        /* allocations sampled */
-    _Atomic uint64_t frees_tracked;  /* sampled allocations seen freed */
-    _Atomic uint64_t ring_drops;     /* events lost: ring full */
-    _Atomic uint64_t no_ring;        /* events lost: no ring left */
+    _Atomic uint64_t samples;        /* allocations sampled (summed by the drain thread) */
+    _Atomic uint64_t frees_tracked;  /* sampled allocations seen freed (likewise) */
+    _Atomic uint64_t ring_drops;     /* samples given up: ring full (no ALLOC, no FREE) */
+    _Atomic uint64_t no_ring;        /* samples given up: no ring left */
     _Atomic uint64_t reentrant;      /* hook entered from our own code */
     _Atomic uint64_t events_written;
     _Atomic uint64_t spool_errors;
-    _Atomic uint64_t in_flight;      /* hooks executing sample paths now */
+    _Atomic uint64_t in_flight;      /* sample paths running in threads without a ring
+                                      * (the others count in their ring: events.c) */
+    _Atomic uint64_t frees_lost;     /* FREEs not recorded (ring full past the wait, or
+                                      * no ring): each leaves a phantom live object */
 } mlz_counters;
 
 typedef struct mlz_global {
@@ -123,12 +129,20 @@ void mlz__shutdown(void);
 void mlz__atfork_child(void);        /* pthread_atfork child handler */
 
 /* events.c */
-void mlz__push(uint8_t type, uint64_t ts_ns, uint64_t addr, uint64_t size, uint32_t stack_id);
+/* 1 = recorded. 0 = not recorded (counted): the caller must act as if the
+ * event had not happened to the profile (an ALLOC's sample is given up). */
+int  mlz__push(enum mlz_rec_kind kind, uint64_t ts_ns, uint64_t addr, uint64_t size, uint32_t stack_id);
 int  mlz__drain_start(void);         /* opens the spool, starts the thread */
 void mlz__drain_stop(void);          /* final drain, seals the spool */
 void mlz__drain_forget(void);        /* fork child: the thread is gone */
 void mlz__drain_release(void);       /* unmaps the rings (detach, quiescent) */
 mlz_unwind_cache *mlz__unwind_cache(void);   /* this thread's, or NULL */
+/* Per-thread counters, kept in the thread's ring so no line shared by
+ * threads is written per event. */
+_Atomic uint64_t *mlz__in_flight_slot(void); /* what enter/leave count in */
+void mlz__count_sample(void);
+void mlz__count_free(void);
+int  mlz__quiescent(void);           /* 1: no thread is inside a sample path */
 void mlz__spool_note(unsigned type, const char *text, size_t len); /* written by the drain thread */
 int  mlz__drain_flush(void);         /* waits (bounded) until what is pushed is on disk */
 

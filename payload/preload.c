@@ -95,12 +95,22 @@ void *mlz__boot_valloc(size_t n) { resolve_all(); return mlz__g.real.valloc(n); 
 void *mlz__boot_pvalloc(size_t n) { resolve_all(); return mlz__g.real.pvalloc(n); }
 void *mlz__boot_reallocarray(void *p, size_t n, size_t m) { resolve_all(); return mlz__g.real.reallocarray(p, n, m); }
 
-/* The exports. The arena test in free costs one load while the arena is
- * unused (always, unless dlsym allocated). */
+/* Only once dlsym allocated from the arena: its blocks are never freed. */
+static MLZ_COLD MLZ_NOINLINE void free_maybe_arena(void *p)
+{
+    if (!in_arena(p)) mlz_hook_free(p);
+}
+
+/* The exports. The arena test in free costs one load and a branch while
+ * the arena is unused (always, unless dlsym allocated): the range test is
+ * out of line, or the compiler computes it on every call. */
 MLZ_EXPORT void *malloc(size_t n) { return mlz_hook_malloc(n); }
 MLZ_EXPORT void free(void *p)
 {
-    if (mlz_unlikely(atomic_load_explicit(&arena_used, memory_order_relaxed)) && in_arena(p)) return;
+    if (mlz_unlikely(atomic_load_explicit(&arena_used, memory_order_relaxed))) {
+        free_maybe_arena(p);
+        return;
+    }
     mlz_hook_free(p);
 }
 MLZ_EXPORT void *calloc(size_t n, size_t m) { return mlz_hook_calloc(n, m); }

@@ -131,6 +131,14 @@ int mlz__init(void)
      * the old word pointer still indexes inside a filter of this size. */
     atomic_store(&mlz__g.bloom.nonzero, 0);
     atomic_store(&mlz__g.bloom.stuck, 0);
+    if (mlz__g.rate <= 1) {
+        /* Exact mode: every block is a sample, so every free must look in
+         * the map; a filter of saturated cells says "maybe" to all of
+         * them, and the hooks skip adding and removing. */
+        memset(atomic_load(&tmp.cells), MLZ_BLOOM_STUCK, (size_t)mlz__g.bloom.mask + 1);
+        atomic_store(&mlz__g.bloom.nonzero, mlz__g.bloom.mask + 1);
+        atomic_store(&mlz__g.bloom.stuck, mlz__g.bloom.mask + 1);
+    }
     atomic_store_explicit(&mlz__g.bloom.cells, atomic_load(&tmp.cells), memory_order_release);
 
     mlz_modtab_refresh();

@@ -299,6 +299,8 @@ int diff_profiles(const prof *pa, const prof *pb, diff_result *out)
     int rc = t.index && ia && ib && !collect(&t, pa, 0, ia) && !collect(&t, pb, 1, ib) ? 0 : -1;
     free(ia);
     free(ib);
+    for (size_t i = 0; !rc && i < t.n; i++)
+        growth_independent(&t.v[i], t.v[i].b - t.v[i].a, t.v[i].va + t.v[i].vb, t.v[i].cb - t.v[i].ca);
     if (!rc && t.n) {
         qsort(t.v, t.n, sizeof *t.v, cmp_growth);
         out->rows = calloc(t.n, sizeof *out->rows);

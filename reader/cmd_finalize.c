@@ -3,6 +3,7 @@
  * spool into a .mlyze trace.
  */
 #include "cli.h"
+#include "loss.h"
 #include "finalize.h"
 
 #include <getopt.h>
@@ -26,6 +27,8 @@ static int run(int argc, char **argv)
     if (mlz_finalize_segments((const char *const *)argv + optind, (size_t)(argc - optind), out, "trace",
                               compress, force, NULL, err, sizeof err))
         return cli_error("finalize", "%s", err);
+    char loss[256];
+    if (mlz_loss_of_file(out, loss, sizeof loss)) fprintf(stderr, "memlyze: %s: %s\n", out, loss);
     return 0;
 }
 

@@ -4,6 +4,7 @@
  */
 #include "cli.h"
 #include "finalize.h"
+#include "loss.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -146,6 +147,8 @@ static int write_one(seg_file *segs, size_t n, const char *target, int compress,
     if (sum.images > 1) fprintf(stderr, ", %zu exec%s followed", sum.images - 1, sum.images > 2 ? "s" : "");
     if (sum.unprofiled_exec) fprintf(stderr, ", then exec'd an image it cannot profile");
     fputc('\n', stderr);
+    char loss[256];
+    if (mlz_loss_of_file(target, loss, sizeof loss)) fprintf(stderr, "memlyze run: %s: %s\n", target, loss);
     return 0;
 }
 

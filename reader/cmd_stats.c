@@ -4,6 +4,7 @@
 #include "cli.h"
 #include "profile.h"
 #include "report.h"
+#include "loss.h"
 
 #include <jansson.h>
 #include <string.h>
@@ -58,6 +59,8 @@ static int run(int argc, char **argv)
         printf("profiler counters:\n");
         json_object_foreach(ctr, k, v) printf("  %-26s %lld\n", k, (long long)json_integer_value(v));
     }
+    char loss[256];
+    if (mlz_loss_describe(ctr, loss, sizeof loss)) printf("warning:         %s\n", loss);
     if (p.unmatched_frees) printf("unmatched frees: %llu (of allocations not recorded)\n", (unsigned long long)p.unmatched_frees);
     rep_unload(r, &p);
     return 0;

@@ -4,6 +4,7 @@
 #include "cli.h"
 #include "profile.h"
 #include "report.h"
+#include "loss.h"
 
 #include <getopt.h>
 #include <jansson.h>
@@ -170,6 +171,9 @@ static int run(int argc, char **argv)
     if (p.rate > 1) printf(" \xc2\xb1 %s", cli_bytes(est_ci95(&p.live_bytes), fr, sizeof fr));
     printf(" in ~%.0f objects; sampling %s; %llu samples, %llu live\n", p.live_count.value, rate,
            (unsigned long long)total_samples, (unsigned long long)p.live_samples);
+    char loss[256];
+    if (mlz_loss_describe(json_object_get(p.meta->root, "counters"), loss, sizeof loss))
+        printf("warning: %s\n", loss);
     if (p.rate > 1 && p.live_samples < 100 && g_by == &orders[0])
         printf("warning: only %llu live samples; estimates are rough (use a lower --rate or a longer run)\n",
                (unsigned long long)p.live_samples);

@@ -26,7 +26,7 @@ pkgs=(
   tmux              # drives memlyze watch in a real terminal in its test
   libmicrohttpd-dev # memlyze serve: the embedded HTTP server (request parsing is the library's)
   libjemalloc2 libtcmalloc-minimal4 libmimalloc2.0  # allocators memlyze replay compares
-  heaptrack         # heaptrack_print reads our heaptrack exports (the real client)
+  heaptrack         # heaptrack_print reads our heaptrack exports; bench/compare.sh measures against it
   libzstd-dev       # memlyze import heaptrack reads heaptrack's .zst files
 )
 missing=()

@@ -25,6 +25,11 @@ check "fork: output unchanged" test "$out" = "child done parent done 0 "
 check "fork: parent's site exact (50000 B)" test "$(site "$T/nf.json" site_parent)" = 50000
 check "fork: child's allocations not in the parent's file" test "$(site "$T/nf.json" site_child)" = 0
 check "fork: no child file without --follow-fork" bash -c "! ls '$T'/nf.*.mlyze 2>/dev/null | grep -q ."
+check "vfork: the block the child freed is not live in the parent's trace" test "$(site "$T/nf.json" site_shared)" = 0
+"$MEMLYZE" top --json -n 20 --by allocated "$T/nf.mlyze" > "$T/nfa.json"
+check "vfork: that block was recorded (3000 B allocated)" python3 -c "
+import json, sys; d=json.load(open('$T/nfa.json'))
+sys.exit(0 if round(sum(s['alloc_bytes'] for s in d['sites'] if any(f.startswith('site_shared') for f in s['frames']))) == 3000 else 1)"
 
 "$MEMLYZE" run -r 1 --follow-fork -o "$T/ff.mlyze" -- "$T/forker" >/dev/null 2>&1
 # Child traces are OUT.PROG.PID.mlyze (the vfork+exec'd true gets one too).

@@ -1,5 +1,7 @@
 /* forker.c - allocations before and after fork() and a vfork()+exec, for
- * the e2e tests of fork handling. */
+ * the e2e tests of fork handling. The vfork child frees a block of the
+ * parent before it execs: the block is gone from the (shared) heap, so the
+ * parent's trace must not show it live. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/wait.h>
@@ -9,6 +11,7 @@
 static void *volatile sink;
 NOINLINE void site_parent(void) { sink = malloc(5000); }
 NOINLINE void site_child(void) { sink = malloc(7000); }
+NOINLINE void *site_shared(void) { void *p = malloc(3000); sink = p; return p; }  /* no tail call */
 
 int main(void)
 {
@@ -21,8 +24,11 @@ int main(void)
         exit(0);
     }
     waitpid(c, NULL, 0);
+    void *shared = site_shared();
+    sink = malloc(64);      /* keeps the freed block from merging into the top chunk (and reuse) */
     pid_t v = vfork();
     if (v == 0) {
+        free(shared);
         execl("/bin/true", "true", (char *)NULL);
         _exit(127);
     }

@@ -450,13 +450,16 @@ static void test_stale_modtab(void)
 static mlz_unwind_cache g_cache;        /* 16 KiB: static, as a caller would mmap it */
 static uint64_t g_c1[MAXF], g_c2[MAXF];
 static unsigned g_nc1, g_nc2;
+static uint64_t g_miss2;                /* misses of the repeated walk */
 
 static void capture_cached(void)
 {
     uint64_t hi = main_hi();
     g_ndw = mlz_unwind_dwarf_bounded(g_dw, MAXF, 0, hi);
     g_nc1 = mlz_unwind_dwarf_cached(g_c1, MAXF, 0, hi, &g_cache);      /* fills */
+    uint64_t m = g_cache.misses;
     g_nc2 = mlz_unwind_dwarf_cached(g_c2, MAXF, 0, hi, &g_cache);      /* hits */
+    g_miss2 = g_cache.misses - m;
 }
 
 NOI static void cached_cb(void *arg) { (void)arg; capture_cached(); g_sink++; }
@@ -487,6 +490,9 @@ static void test_cache(void)
     cached_f1();
     check_cached_same("chain");
     CHECK(g_cache.hits > 0 && g_cache.generation == mlz_modtab_generation());
+    /* A repeated walk misses only its first frame (another call site in
+     * capture_cached): the outermost (_start) hits too. */
+    CHECK_EQ_U64(g_miss2, 1);
     uint64_t hits = g_cache.hits;
     chain_g1(cached_cb, NULL);          /* rbp is garbage in the library frames */
     check_cached_same("library");

@@ -1,0 +1,40 @@
+/*
+ * loss.c - one line on what a trace lost (see loss.h).
+ */
+#include "loss.h"
+#include "mlz_format.h"
+
+#include <stdio.h>
+
+static unsigned long long counter(const json_t *c, const char *name)
+{
+    json_t *v = json_object_get(c, name);
+    return json_is_integer(v) ? (unsigned long long)json_integer_value(v) : 0;
+}
+
+int mlz_loss_describe(const json_t *counters, char *buf, size_t len)
+{
+    if (len) buf[0] = 0;
+    if (!json_is_object(counters)) return 0;
+    /* Given up samples leave the trace consistent but its estimates low;
+     * lost frees leave objects that look live although they were freed. */
+    unsigned long long given_up = counter(counters, "ring_drops") + counter(counters, "no_ring") +
+                                  counter(counters, "map_full_drops");
+    unsigned long long frees = counter(counters, "frees_lost");
+    if (!given_up && !frees) return 0;
+    snprintf(buf, len, "events lost while recording: %llu samples given up (estimates are low), "
+             "%llu frees not recorded (as many objects may show as live)", given_up, frees);
+    return 1;
+}
+
+int mlz_loss_of_file(const char *path, char *buf, size_t len)
+{
+    if (len) buf[0] = 0;
+    mlz_error e = { 0 };
+    mlz_reader *r = mlz_reader_open(path, 0, &e);
+    if (!r) return 0;
+    const mlz_meta *m = mlz_reader_meta(r);
+    int lost = m && m->root ? mlz_loss_describe(json_object_get(m->root, "counters"), buf, len) : 0;
+    mlz_reader_close(r);
+    return lost;
+}
