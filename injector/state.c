@@ -22,6 +22,25 @@
 #include <time.h>
 #include <unistd.h>
 
+/* The process's start time (clock ticks since boot): with the pid, it names
+ * one process. A record left by a process that died with our payload in it
+ * must not be taken for that of a later process given the same pid. */
+static unsigned long long start_ticks(pid_t pid)
+{
+    char path[64], buf[1024];
+    unsigned long long t = 0;
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    char *p = strrchr(buf, ')');
+    if (p && sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d %*d %llu", &t) != 1)
+        t = 0;
+    return t;
+}
+
 static void dir_paths(pid_t pid, mlz_state *s)
 {
     snprintf(s->dir_ours, sizeof s->dir_ours, "/proc/%d/root/tmp/memlyze-%d", (int)pid, (int)pid);
@@ -63,7 +82,6 @@ int mlz__state_prepare(pid_t pid, uid_t uid, mlz_state *s)
 int mlz__state_write(pid_t pid, const mlz_state *s)
 {
     char path[300], tmp[320];
-    (void)pid;
     /* "state.new" until the payload has started (mlz__state_commit): a
      * refused second attach must not replace the record of the first. */
     snprintf(path, sizeof path, "%s/state.new", s->dir_ours);
@@ -72,8 +90,8 @@ int mlz__state_write(pid_t pid, const mlz_state *s)
     int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd < 0) { mlz__err("cannot write %s: %s", tmp, strerror(errno)); return MLZ_INJ_EIO; }
     FILE *f = fdopen(fd, "w");
-    fprintf(f, "output=%s\nspool=%s\nrate=%llu\nattached_at=%lld\n", s->output, s->spool,
-            (unsigned long long)s->rate, s->attached_at);
+    fprintf(f, "output=%s\nspool=%s\nrate=%llu\nattached_at=%lld\nstart_ticks=%llu\n", s->output, s->spool,
+            (unsigned long long)s->rate, s->attached_at, start_ticks(pid));
     if (fclose(f) || rename(tmp, path)) { mlz__err("cannot write %s: %s", path, strerror(errno)); return MLZ_INJ_EIO; }
     return 0;
 }
@@ -110,6 +128,7 @@ int mlz__state_read(pid_t pid, mlz_state *s)
     }
     if (fd < 0) return MLZ_INJ_ESTATE;
     FILE *f = fdopen(fd, "r");
+    unsigned long long ticks = 0;
     while (fgets(line, sizeof line, f)) {
         line[strcspn(line, "\n")] = 0;
         size_t n = strlen(line);
@@ -118,9 +137,18 @@ int mlz__state_read(pid_t pid, mlz_state *s)
         else if (!strncmp(line, "spool=", 6)) memcpy(s->spool, line + 6, n - 5);
         else if (!strncmp(line, "rate=", 5)) s->rate = strtoull(line + 5, NULL, 10);
         else if (!strncmp(line, "attached_at=", 12)) s->attached_at = atoll(line + 12);
+        else if (!strncmp(line, "start_ticks=", 12)) ticks = strtoull(line + 12, NULL, 10);
     }
     fclose(f);
     if (!s->spool[0]) return MLZ_INJ_ESTATE;
+    if (ticks && ticks != start_ticks(pid)) {
+        /* Another process's, with the same pid: gone, so is its record. */
+        snprintf(s->spool_ours, sizeof s->spool_ours, "/proc/%d/root%s", (int)pid, s->spool);
+        mlz__state_remove(pid, s, 0);
+        memset(s, 0, sizeof *s);
+        dir_paths(pid, s);
+        return MLZ_INJ_ESTATE;
+    }
     snprintf(s->spool_ours, sizeof s->spool_ours, "/proc/%d/root%s", (int)pid, s->spool);
     return 0;
 }

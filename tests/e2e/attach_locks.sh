@@ -55,7 +55,8 @@ cycles() {
         if A -q -o "$T/$name$i.mlyze" "$TP" 2>>"$T/$name.err"; then ok=$((ok + 1)); else bad=$((bad + 1)); fi
         if D -q --no-finalize "$TP" 2>>"$T/$name.err"; then ok=$((ok + 1)); else bad=$((bad + 1)); fi
     done
-    check "$name: $CYCLES attach/detach cycles, every command succeeds" [ "$bad" -eq 0 ] || sort "$T/$name.err" | uniq -c | head -5
+    check "$name: $CYCLES attach/detach cycles, every command succeeds" [ "$bad" -eq 0 ]
+    [ "$bad" -eq 0 ] || sort "$T/$name.err" | uniq -c | head -5
 }
 
 # 3. Thread-per-request: the main thread keeps making threads afterwards.
@@ -104,6 +105,14 @@ check "state: a second attach says it is attached already" grep -q 'is already a
 D -q --no-finalize "$TP"
 D "$TP" >"$T/st.err" 2>&1
 check "state: a second detach says the payload is loaded but inactive" grep -q 'loaded but inactive' "$T/st.err"
+# A record left by a dead process that had the same pid is not taken for
+# this process's (the start time tells them apart).
+A -q -o "$T/st3.mlyze" "$TP"
+printf 'output=%s\nspool=/tmp/memlyze-%d/spool.1\nrate=1\nattached_at=1\nstart_ticks=1\n' "$T/wrong.mlyze" "$TP" \
+    > "/tmp/memlyze-$TP/state"
+D "$TP" >"$T/st3.err" 2>&1
+check "state: a stale record of another process with this pid is ignored" \
+    bash -c "[ ! -e '$T/wrong.mlyze' ] && grep -q 'no spool recorded' '$T/st3.err'"
 finish_target st
 cleanup_state "$TP"
 
