@@ -58,7 +58,10 @@
 /* The check word of a heap-map entry, algorithm 1: a chain of bijective
  * 64-bit finalizers (MurmurHash3's fmix64) with a constant between steps,
  * so a change in any field flips about half the bits. A reader that copies
- * an entry while it is being written sees a check that does not match. */
+ * an entry while it is being written sees a check that does not match.
+ * The finalizer is spelled out here rather than taken from core/platform.h
+ * (mlz_fmix64, the hash tables' mixer) on purpose: the contract stands
+ * alone, and retuning the tables' hash must not change algorithm 1. */
 #define MEMLYZE_CHECK_ALGORITHM 1
 static inline uint64_t memlyze_check_fmix(uint64_t h)
 {

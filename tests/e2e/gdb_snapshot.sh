@@ -28,14 +28,14 @@ PYMOD="import importlib.util as u; s=u.spec_from_file_location('m', '$GDBPY'); m
 
 # 1. The Python check word and descriptor layout equal the C ones.
 cat > "$T/chk.c" <<'EOF'
-#include "heapmap.h"
+#include "info.h"
 #include <stdio.h>
 int main(void)
 {
     unsigned long long k, s, t, q;
     unsigned a, b;
     while (scanf("%llu %llu %u %u %llu %llu", &k, &s, &a, &b, &t, &q) == 6)
-        printf("%llu\n", (unsigned long long)mlz_heap_entry_check(k, s, a, b, t, q));
+        printf("%llu\n", (unsigned long long)memlyze_check_word(k, s, a, b, t, q));
     return 0;
 }
 EOF
@@ -58,7 +58,7 @@ int main(void)
     return 0;
 }
 EOF
-cc -std=c11 -D_GNU_SOURCE -I"$ROOT/core" -o "$T/chk" "$T/chk.c" "$B/libmlzcore.a" -lpthread || fail "build chk"
+cc -std=c11 -I"$ROOT/payload" -o "$T/chk" "$T/chk.c" || fail "build chk"
 cc -std=c11 -I"$ROOT/payload" -o "$T/lay" "$T/lay.c" || fail "build lay"
 python3 -c "
 import random; r = random.Random(7); M = (1 << 64) - 1
@@ -70,7 +70,7 @@ print('\n'.join(' '.join(map(str, x)) for x in rows))" > "$T/chk.in"
 python3 -c "$PYMOD
 for l in open('$T/chk.in'):
     k, s, a, b, t, q = map(int, l.split()); print(m.heap_entry_check(k, s, a, b, t, q))" > "$T/chk.py.out"
-check "check word: Python equals mlz_heap_entry_check on 503 inputs" \
+check "check word: Python equals payload/info.h's memlyze_check_word on 503 inputs" \
     bash -c "[ \$(wc -l < '$T/chk.c.out') -eq 503 ] && cmp '$T/chk.c.out' '$T/chk.py.out'"
 "$T/lay" > "$T/lay.c.out"
 python3 -c "$PYMOD
