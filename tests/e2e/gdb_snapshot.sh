@@ -172,7 +172,7 @@ out=$(G -p "$SPID" -ex "source $GDBPY" -ex 'memlyze snapshot x.mlyze')
 check "no payload: one line" one_error "$out" "no memlyze payload in this process"
 kill "$SPID"; wait "$SPID" 2>/dev/null
 cc -O1 -g -I"$ROOT/payload" -o "$T/badinfo" "$ROOT/tests/targets/dbg_badinfo.c" || fail "build badinfo"
-NEXT_VERSION=$(( $(awk '$1 == "version" { print $2 }' "$T/lay.c.out") + 1 ))
+NEXT_VERSION=$(( $(awk '$1 == "version" { print $2; exit }' "$T/lay.c.out") + 1 ))   # the first: its value
 mkfifo "$T/in.bad"
 "$T/badinfo" < "$T/in.bad" > "$T/out.bad" & BPID=$!
 exec {BIN}>"$T/in.bad"
