@@ -5,6 +5,7 @@
  */
 #include "../check.h"
 #include "proc.h"
+#include "info.h"
 
 #include <dlfcn.h>
 #include <link.h>
@@ -161,6 +162,38 @@ static void test_errors(void)
     CHECK(strstr(mlz_proc_error(), "/proc/999999999/maps") != NULL);
 }
 
+/* The contract's reader check: the layout the payload describes, and
+ * one field changed at a time. */
+static void test_info_readable(void)
+{
+    struct memlyze_info ok = { .magic = MEMLYZE_INFO_MAGIC, .version = MEMLYZE_INFO_VERSION,
+                               .size = sizeof ok, .entry_size = 64, .entry_key = 0, .entry_size_field = 8,
+                               .entry_stack_id = 16, .entry_tid = 20, .entry_time_ns = 24, .entry_seq = 32,
+                               .entry_check = 40, .check_algorithm = MEMLYZE_CHECK_ALGORITHM, .rec_size = 16,
+                               .rec_ready = 0, .rec_depth = 4, .rec_frames_offset = 8, .ncounters = 8,
+                               .map_log2_max = MEMLYZE_MAP_LOG2_MAX };
+    CHECK(memlyze_info_readable(&ok));
+    struct memlyze_info d = ok;
+    d.version = MEMLYZE_INFO_VERSION + 1;
+    CHECK(!memlyze_info_readable(&d));
+    d = ok, d.size -= 8;
+    CHECK(!memlyze_info_readable(&d));
+    d = ok, d.check_algorithm = MEMLYZE_CHECK_ALGORITHM + 1;
+    CHECK(!memlyze_info_readable(&d));
+    d = ok, d.entry_check = 60;                   /* 8 bytes past a 64-byte entry */
+    CHECK(!memlyze_info_readable(&d));
+    d = ok, d.rec_frames_offset = 12;
+    CHECK(!memlyze_info_readable(&d));
+    d = ok, d.entry_size = MEMLYZE_ENTRY_SIZE_MIN - 8;
+    CHECK(!memlyze_info_readable(&d));
+    d = ok, d.map_log2_max = MEMLYZE_MAP_LOG2_MAX + 1;
+    CHECK(!memlyze_info_readable(&d));
+    /* The check word moves with every field. */
+    uint64_t w = memlyze_check_word(0x1000, 16, 1, 2, 3, 4);
+    CHECK(w != memlyze_check_word(0x1000, 16, 1, 2, 3, 5) && w != memlyze_check_word(0x1000, 17, 1, 2, 3, 4) &&
+          w != memlyze_check_word(0x1000, 16, 1, 3, 3, 4));
+}
+
 int main(int argc, char **argv)
 {
     CHECK_MAIN_INIT(argc, argv);
@@ -172,6 +205,7 @@ int main(int argc, char **argv)
     RUN(test_rules);
     RUN(test_debug_file);
     RUN(test_errors);
+    RUN(test_info_readable);
     kill(child, SIGKILL);
     waitpid(child, NULL, 0);
     CHECK_EXIT();
