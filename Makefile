@@ -24,7 +24,7 @@ O := build$(if $(SANITIZE),/san-$(subst $(comma),-,$(SANITIZE)))
 # symbols marked MLZ_EXPORT.
 CFLAGS  ?= -O2 -g
 CFLAGS  += -std=c11 -Wall -Wextra -Werror -D_GNU_SOURCE -fPIC -fvisibility=hidden -fno-omit-frame-pointer \
-           -MMD -MP -Iformat -Icore -Igotpatch -Ipayload
+           -MMD -MP -Iformat -Icore -Igotpatch -Ipayload -Iproc
 ifneq ($(SANITIZE),)
 CFLAGS  += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=all
 LDFLAGS += -fsanitize=$(SANITIZE)
@@ -37,6 +37,7 @@ SYSLIBS  += -lncursesw -lmicrohttpd
 FORMAT_OBJ := $(patsubst %.c,$(O)/%.o,$(wildcard format/*.c))
 CORE_OBJ   := $(patsubst %.c,$(O)/%.o,$(wildcard core/*.c))
 GOT_OBJ    := $(patsubst %.c,$(O)/%.o,$(wildcard gotpatch/*.c))
+PROC_OBJ   := $(patsubst %.c,$(O)/%.o,$(wildcard proc/*.c))
 PAYLOAD_OBJ:= $(patsubst %.c,$(O)/%.o,$(wildcard payload/*.c))
 READER_OBJ := $(patsubst %.c,$(O)/%.o,$(wildcard reader/*.c))
 INJ_OBJ    := $(patsubst %.c,$(O)/%.o,$(filter-out %_main.c,$(wildcard injector/*.c)))
@@ -49,12 +50,13 @@ BENCH_BIN  := $(patsubst bench/%.c,$(O)/bench/%,$(wildcard bench/*.c))
 LIBFORMAT := $(O)/libmlzformat.a
 LIBCORE   := $(O)/libmlzcore.a
 LIBGOT    := $(O)/libmlzgot.a
+LIBPROC   := $(O)/libmlzproc.a
 LIBREADER := $(O)/libmlzreader.a
 PAYLOAD   := $(if $(PAYLOAD_OBJ),$(O)/lib/libmemlyze.so $(O)/lib/libmemlyze-preload.so)
 MEMLYZE   := $(O)/bin/memlyze
 ATTACH    := $(O)/bin/memlyze-attach
 DETACH    := $(O)/bin/memlyze-detach
-LIBS      := $(LIBGOT) $(LIBCORE) $(LIBFORMAT)
+LIBS      := $(LIBPROC) $(LIBGOT) $(LIBCORE) $(LIBFORMAT)
 
 .PHONY: all test asan tsan-bins unit-bins fuzz deps install clean bench demo soak
 all: $(MEMLYZE) $(O)/bin/memlyze-snapshot $(PAYLOAD) $(ATTACH) $(DETACH) $(UNIT_BIN) $(PROG_BIN) $(BENCH_BIN)
@@ -72,6 +74,12 @@ $(LIBCORE): $(CORE_OBJ)
 	rm -f $@ && ar rcs $@ $^
 
 $(LIBGOT): $(GOT_OBJ)
+	@mkdir -p $(@D)
+	rm -f $@ && ar rcs $@ $^
+
+# A process seen from outside (maps, module files, symbols, memory, the
+# payload's descriptor): the injector and the memlyze command share it.
+$(LIBPROC): $(PROC_OBJ)
 	@mkdir -p $(@D)
 	rm -f $@ && ar rcs $@ $^
 
@@ -100,11 +108,11 @@ $(MEMLYZE): $(READER_OBJ) $(MEMLYZE_INJ_OBJ) $(LIBS)
 
 # The injector runs outside the target: libelf reads the target's libc,
 # libdw unwinds its stopped threads.
-$(ATTACH): $(O)/injector/attach_main.o $(INJ_OBJ)
+$(ATTACH): $(O)/injector/attach_main.o $(INJ_OBJ) $(LIBPROC)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ -ldw -lelf
 
-$(DETACH): $(O)/injector/detach_main.o $(INJ_OBJ)
+$(DETACH): $(O)/injector/detach_main.o $(INJ_OBJ) $(LIBPROC)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ -ldw -lelf
 

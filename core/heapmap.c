@@ -15,6 +15,7 @@
  * bounded however many tombstones accumulate.
  */
 #include "heapmap.h"
+#include "info.h"
 
 #include <string.h>
 
@@ -58,19 +59,12 @@ static void stat_add(_Atomic uint64_t *c, uint64_t n)
     atomic_fetch_add_explicit(c, n, memory_order_relaxed);
 }
 
+/* The check word is part of the payload's contract with readers outside
+ * the process (payload/info.h): one definition for both sides. */
 uint64_t mlz_heap_entry_check(uint64_t key, uint64_t size, uint32_t stack_id,
                               uint32_t tid, uint64_t time_ns, uint64_t seq)
 {
-    /* A chain of bijective finalizers with a constant between steps: any
-     * change in any field flips about half the bits of the result. */
-    const uint64_t k = 0x9E3779B97F4A7C15ull;
-    uint64_t h = 0x6D6C7A6865617031ull; /* "mlzheap1" */
-    h = mlz_fmix64((h ^ key) + k);
-    h = mlz_fmix64((h ^ size) + k);
-    h = mlz_fmix64((h ^ (((uint64_t)stack_id << 32) | tid)) + k);
-    h = mlz_fmix64((h ^ time_ns) + k);
-    h = mlz_fmix64((h ^ seq) + k);
-    return h;
+    return memlyze_check_word(key, size, stack_id, tid, time_ns, seq);
 }
 
 int mlz_heap_entry_consistent(const mlz_heap_entry *c)

@@ -7,7 +7,7 @@
  *
  * PRNG: xoroshiro128++ (Blackman & Vigna 2019). Its 128-bit state fits the
  * two words of mlz_sampler_tls, it passes BigCrush and PractRand, and unlike
- * xorshift128+ (the design seed's choice) its low bits are not linear, so
+ * xorshift128+ (the original sampling design's choice) its low bits are not linear, so
  * every output bit is usable. We take the top 53 bits for doubles. The state
  * is expanded from one 64-bit seed with splitmix64, as its authors advise,
  * which also guarantees a non-zero state.

@@ -1,7 +1,8 @@
 /*
  * spool_records.h - the payloads of the spool's extension events (FORMAT.md,
- * "Spools"), encoded in one place for every writer of spools: the payload
- * inside the target and memlyze snapshot outside it. No allocation.
+ * "Spools"), encoded in one place. The payload's drain thread is their only
+ * writer (memlyze snapshot writes a .mlyze directly, no spool); finalize
+ * reads them back. No allocation.
  */
 #ifndef MLZ_SPOOL_RECORDS_H
 #define MLZ_SPOOL_RECORDS_H

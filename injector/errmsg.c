@@ -24,6 +24,12 @@ void mlz__err(const char *fmt, ...)
 }
 
 const char *mlz__errmsg(void) { return errbuf; }
+
+int mlz__proc_err(int rc)
+{
+    mlz__err("%s", mlz_proc_error());
+    return rc == MLZ_PROC_EIO || rc == MLZ_PROC_ENOMEM ? MLZ_INJ_EIO : MLZ_INJ_EELF;
+}
 void mlz__err_clear(void) { errbuf[0] = 0; }
 
 void mlz__note(const char *fmt, ...)

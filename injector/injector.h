@@ -20,6 +20,8 @@
 #include <sys/types.h>
 #include <sys/user.h>
 
+#include "proc.h"
+
 enum {
     MLZ_INJ_OK = 0,
     MLZ_INJ_EPERM = -1,      /* ptrace not allowed */
@@ -103,31 +105,11 @@ mlz_thread *mlz__threads_find(mlz_tgroup *g, pid_t tid);
 const char *mlz__thread_name(pid_t pid, pid_t tid, char *buf, size_t cap);
 void mlz__threads_free(mlz_tgroup *g);
 
-/* ---- elfsym.c: symbols of modules the target mapped, read with libelf */
-typedef struct mlz_module {
-    char path[4096];             /* as in /proc/PID/maps (" (deleted)" removed) */
-    uint64_t base;               /* lowest address of the module's mappings */
-    uint64_t bias;               /* load bias: runtime address = st_value + bias */
-    uint64_t end;
-    uint64_t dev, ino;
-    uint64_t first_start, first_end; /* the offset-0 mapping (for map_files) */
-} mlz_module;
-
-/* The first mapped module whose path satisfies `match`; 0 or MLZ_INJ_EELF. */
-int mlz__module_find(pid_t pid, int (*match)(const char *path), mlz_module *m);
-int mlz__match_libc(const char *path);
-int mlz__match_ldso(const char *path);
-int mlz__match_payload(const char *path);   /* our memfd, or a file named libmemlyze*.so */
-/* Runtime addresses of `names` (defined FUNC/OBJECT in .dynsym, default
- * version). Missing names are 0; returns how many were found, or < 0. */
-int mlz__module_syms(pid_t pid, const mlz_module *m, const char *const *names, uint64_t *addrs, int n);
-/* One symbol's runtime address and size (0 if absent), the module's load
- * bias, and its separate debug file by build id ("" if not installed). */
-int mlz__module_info(pid_t pid, const mlz_module *m, const char *sym, uint64_t *addr, uint64_t *size,
-                     uint64_t *bias, char *debug_path, size_t cap);
-/* Unused executable bytes: the tail of the page after the module's last
- * executable segment, which no code reaches. */
-int mlz__module_cave(pid_t pid, const mlz_module *m, uint64_t *addr, size_t *len);
+/* ---- the target's modules, their symbols and the payload are read by the
+ * proc library (proc/proc.h), shared with memlyze snapshot. errmsg.c:
+ * records mlz_proc_error() as our cause and turns its MLZ_PROC_E* code
+ * into MLZ_INJ_EIO or MLZ_INJ_EELF. */
+int mlz__proc_err(int rc);
 
 /* ---- preflight.c: refuse clearly before touching the target */
 typedef struct mlz_target {
@@ -211,9 +193,6 @@ int mlz__locks_find(pid_t pid, mlz_glibc_locks *L);
  * kind of the first held one and a line in why ("thread 4711 (worker)
  * holds ..."); *holder: the tid holding the loader lock, when known. */
 int mlz__locks_busy(const mlz_glibc_locks *L, mlz_tgroup *g, char *why, size_t cap, pid_t *holder);
-
-/* The payload names its drain thread so (payload/events.c). */
-#define MLZ_DRAIN_THREAD_NAME "memlyze-drain"
 
 /* ---- safepoint.c: pick a thread that holds no allocator or loader lock */
 /* Stops all threads (g), scans them and the locks L (NULL: unknown), runs

@@ -3,7 +3,7 @@
  *
  * The target may not see our file system (containers, another mount
  * namespace, noexec /tmp), so the payload travels through a memfd:
- *   1. remote memfd_create("memlyze-payload", MFD_CLOEXEC|MFD_ALLOW_SEALING);
+ *   1. remote memfd_create(MEMLYZE_MEMFD_NAME, MFD_CLOEXEC|MFD_ALLOW_SEALING);
  *   2. we write the payload's bytes into /proc/PID/fd/N from outside;
  *   3. remote fcntl F_ADD_SEALS: nobody can change the code after our check;
  *   4. remote dlopen("/proc/PID/fd/N", RTLD_NOW|RTLD_LOCAL) with the dlopen
@@ -12,9 +12,10 @@
  *   6. remote dlsym for the entry points.
  * A payload already mapped (an earlier attach: detach keeps the code mapped
  * as a pass-through) is reused: its entry points are read from the mapped
- * file (/proc/PID/map_files), so no second copy is ever loaded.
+ * file or image (proc/elfimage.c), so no second copy is ever loaded.
  */
 #include "injector.h"
+#include "info.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -28,8 +29,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-static const char *const entry_names[] = { "memlyze_attach", "memlyze_detach", "memlyze_strerror",
-                                           "memlyze_attach_stats" };
+static const char *const entry_names[] = { MEMLYZE_ENTRY_ATTACH, MEMLYZE_ENTRY_DETACH, MEMLYZE_ENTRY_STRERROR,
+                                           MEMLYZE_ENTRY_ATTACH_STATS };
 #define NENTRY 4
 
 /* Data-area offsets for the arguments of one step. */
@@ -141,18 +142,20 @@ static int copy_into_memfd(pid_t pid, int64_t fd, int src, size_t size)
 
 int mlz__find_loaded(mlz_remote *r, mlz_loaded *out)
 {
-    mlz_module m;
-    uint64_t addrs[NENTRY];
-    if (mlz__module_find(r->pid, mlz__match_payload, &m)) {
+    mlz_proc_module m;
+    mlz_proc_sym syms[NENTRY];
+    int rc = mlz_proc_payload_find(r->pid, &m);
+    if (rc == MLZ_PROC_ENOENT) {
         mlz__err("process %d has no memlyze payload loaded", (int)r->pid);
         return MLZ_INJ_ESTATE;
     }
-    int n = mlz__module_syms(r->pid, &m, entry_names, addrs, NENTRY);
-    if (n < 0) return n;
-    out->fn_attach = addrs[0];
-    out->fn_detach = addrs[1];
-    out->fn_strerror = addrs[2];
-    out->fn_stats = addrs[3];
+    if (rc) return mlz__proc_err(rc);
+    int n = mlz_proc_syms(r->pid, &m, entry_names, syms, NENTRY);
+    if (n < 0) return mlz__proc_err(n);
+    out->fn_attach = syms[0].addr;
+    out->fn_detach = syms[1].addr;
+    out->fn_strerror = syms[2].addr;
+    out->fn_stats = syms[3].addr;
     out->reused = 1;
     if (!out->fn_attach || !out->fn_detach) {
         mlz__err("the library mapped as the payload in %d lacks memlyze_attach/memlyze_detach", (int)r->pid);
@@ -164,23 +167,24 @@ int mlz__find_loaded(mlz_remote *r, mlz_loaded *out)
 int mlz__load_payload(mlz_remote *r, const char *payload_path, mlz_loaded *out)
 {
     static const char *const libc_names[] = { "dlopen", "dlsym", "dlerror" };
-    mlz_module libc, pm;
-    uint64_t fns[3], at, handle = 0;
+    mlz_proc_module libc, pm;
+    mlz_proc_sym fns[3];
+    uint64_t at, handle = 0;
     int64_t fd = -1, ret;
     struct stat st;
     int rc, src = -1;
 
     memset(out, 0, sizeof *out);
-    if (mlz__module_find(r->pid, mlz__match_payload, &pm) == 0) return mlz__find_loaded(r, out);
+    if (mlz_proc_payload_find(r->pid, &pm) == 0) return mlz__find_loaded(r, out);
 
-    if (mlz__module_find(r->pid, mlz__match_libc, &libc)) { mlz__err("no libc.so.6 in the target"); return MLZ_INJ_EELF; }
-    rc = mlz__module_syms(r->pid, &libc, libc_names, fns, 3);
-    if (rc < 0) return rc;
+    if (mlz_proc_module_find(r->pid, mlz_proc_is_libc, &libc)) { mlz__err("no libc.so.6 in the target"); return MLZ_INJ_EELF; }
+    rc = mlz_proc_syms(r->pid, &libc, libc_names, fns, 3);
+    if (rc < 0) return mlz__proc_err(rc);
     if (rc < 3) { mlz__err("the target's libc (%s) lacks dlopen/dlsym/dlerror (glibc < 2.34?)", libc.path); return MLZ_INJ_EELF; }
 
     if ((src = open_payload(payload_path, &st)) < 0) return MLZ_INJ_EREFUSE;
 
-    static const char memfd_name[] = "memlyze-payload";
+    static const char memfd_name[] = MEMLYZE_MEMFD_NAME;
     if ((rc = mlz__remote_put(r, D_NAME, memfd_name, sizeof memfd_name, &at))) goto out;
     if ((rc = sys(r, SYS_memfd_create, at, MFD_CLOEXEC | MFD_ALLOW_SEALING, 0, &fd, "memfd_create"))) { fd = -1; goto out; }
     mlz__note("memfd %d created", (int)fd);
@@ -197,18 +201,18 @@ int mlz__load_payload(mlz_remote *r, const char *payload_path, mlz_loaded *out)
      * sharing its namespace. */
     snprintf(out->name, sizeof out->name, "/proc/%d/fd/%d", (int)target_pid_in_ns(r->pid), (int)fd);
     if ((rc = mlz__remote_put(r, D_NAME, out->name, strlen(out->name) + 1, &at))) goto out;
-    if ((rc = call(r, fns[0], at, RTLD_NOW | RTLD_LOCAL, &handle))) goto out;
+    if ((rc = call(r, fns[0].addr, at, RTLD_NOW | RTLD_LOCAL, &handle))) goto out;
     if (!handle) {
         uint64_t msg = 0;
         char text[512] = "no message";
-        if (call(r, fns[2], 0, 0, &msg) == 0 && msg) mlz__mem_read_str(msg, text, sizeof text);
+        if (call(r, fns[2].addr, 0, 0, &msg) == 0 && msg) mlz__mem_read_str(msg, text, sizeof text);
         mlz__err("dlopen in the target failed: %s", text);
         rc = MLZ_INJ_EREMOTE;
         goto out;
     }
     out->handle = handle;
     mlz__note("dlopen returned");
-    rc = remote_dlsym(r, fns[1], handle, out);
+    rc = remote_dlsym(r, fns[1].addr, handle, out);
 out:
     /* On success the memfd stays open (close-on-exec): the loader's name for
      * the payload, /proc/PID/fd/N, must keep naming it, so that debuggers and
@@ -255,17 +259,18 @@ void mlz__payload_stats(mlz_remote *r, const mlz_loaded *l, int *modules, int *s
 int mlz__remote_prepare(mlz_remote *r)
 {
     static const char *const names[] = { "__errno_location" };
-    int (*const where[])(const char *) = { mlz__match_libc, mlz__match_ldso };
-    mlz_module libc, m;
-    uint64_t cave = 0, fn;
+    int (*const where[])(const char *) = { mlz_proc_is_libc, mlz_proc_is_ldso };
+    mlz_proc_module libc, m;
+    mlz_proc_sym fn;
+    uint64_t cave = 0;
     size_t cave_len = 0;
     int rc;
-    if (mlz__module_find(r->pid, mlz__match_libc, &libc)) { mlz__err("no libc.so.6 in the target"); return MLZ_INJ_EELF; }
+    if (mlz_proc_module_find(r->pid, mlz_proc_is_libc, &libc)) { mlz__err("no libc.so.6 in the target"); return MLZ_INJ_EELF; }
     /* The first syscall needs a cave of ~300 bytes: libc's and ld.so's have
      * kilobytes on the distributions we know. */
     for (size_t i = 0; i < sizeof where / sizeof where[0] && cave_len < 512; i++)
-        if (mlz__module_find(r->pid, where[i], &m) == 0 && mlz__module_cave(r->pid, &m, &cave, &cave_len)) cave_len = 0;
+        if (mlz_proc_module_find(r->pid, where[i], &m) == 0 && mlz_proc_cave(r->pid, &m, &cave, &cave_len)) cave_len = 0;
     if ((rc = mlz__remote_map_scratch(r, cave, cave_len))) return rc;
-    if (mlz__module_syms(r->pid, &libc, names, &fn, 1) == 1 && (rc = mlz__remote_save_errno(r, fn))) return rc;
+    if (mlz_proc_syms(r->pid, &libc, names, &fn, 1) == 1 && (rc = mlz__remote_save_errno(r, fn.addr))) return rc;
     return 0;
 }

@@ -182,24 +182,26 @@ static void arenas_from_debug(const char *libc_debug, uint64_t bias, mlz_glibc_l
 
 int mlz__locks_find(pid_t pid, mlz_glibc_locks *L)
 {
-    mlz_module ld, libc;
+    static const char *const rtld_name[] = { "_rtld_global" };
+    mlz_proc_module ld, libc;
+    mlz_proc_sym rtld;
     char ld_debug[512], libc_debug[512];
-    uint64_t rtld, size, bias, unused;
     memset(L, 0, sizeof *L);
     /* Tests force the fallback (unwinding alone) that unknown glibcs get. */
     const char *force = getenv("MEMLYZE_LOCKS");
     if (force && !strcmp(force, "unwind")) return MLZ_INJ_EELF;
-    if (mlz__module_find(pid, mlz__match_ldso, &ld) ||
-        mlz__module_info(pid, &ld, "_rtld_global", &rtld, &size, &bias, ld_debug, sizeof ld_debug) || !rtld) {
+    if (mlz_proc_module_find(pid, mlz_proc_is_ldso, &ld) || mlz_proc_module_load(pid, &ld) ||
+        mlz_proc_syms(pid, &ld, rtld_name, &rtld, 1) != 1) {
         mlz__err_clear();
         return MLZ_INJ_EELF;
     }
+    mlz_proc_debug_file(&ld, ld_debug, sizeof ld_debug);
     if (mlz__mem_open(pid)) return MLZ_INJ_EIO;
-    if (ld_debug[0] && from_debug_info(ld_debug, rtld, L) == 0) snprintf(L->source, sizeof L->source, "debug info");
-    else if (from_table(rtld, size, L)) return MLZ_INJ_EELF;
-    if (mlz__module_find(pid, mlz__match_libc, &libc) == 0 &&
-        mlz__module_info(pid, &libc, NULL, &unused, &unused, &bias, libc_debug, sizeof libc_debug) == 0 && libc_debug[0])
-        arenas_from_debug(libc_debug, bias, L);
+    if (ld_debug[0] && from_debug_info(ld_debug, rtld.addr, L) == 0) snprintf(L->source, sizeof L->source, "debug info");
+    else if (from_table(rtld.addr, rtld.size, L)) return MLZ_INJ_EELF;
+    if (mlz_proc_module_find(pid, mlz_proc_is_libc, &libc) == 0 && mlz_proc_module_load(pid, &libc) == 0 &&
+        mlz_proc_debug_file(&libc, libc_debug, sizeof libc_debug) == 0)
+        arenas_from_debug(libc_debug, libc.bias, L);
     mlz__err_clear();
     return 0;
 }

@@ -42,18 +42,12 @@ static pid_t shares_memory_with_parent(pid_t pid)
 /* Whether a mapped payload is sampling, from its memlyze_info descriptor
  * (payload/info.h): 1 active, 0 inert (detached, or an attach interrupted
  * before memlyze_attach ran), -1 unknown. Read from outside: nothing stops. */
-static int payload_active(pid_t pid, const mlz_module *m)
+static int payload_active(pid_t pid, const mlz_proc_module *m)
 {
-    static const char *const names[] = { "memlyze_info" };
-    uint64_t info;
     struct memlyze_info d;
+    uint64_t at;
     int32_t v;
-    if (mlz__module_syms(pid, m, names, &info, 1) != 1 || mlz__mem_open(pid) ||
-        mlz__mem_read(info, &d, sizeof d) || memcmp(d.magic, MEMLYZE_INFO_MAGIC, 8) ||
-        mlz__mem_read(d.attached_addr, &v, sizeof v)) {
-        mlz__err_clear();
-        return -1;
-    }
+    if (mlz_proc_payload_info(pid, m, &d, &at) || mlz_proc_read(pid, d.attached_addr, &v, sizeof v)) return -1;
     return v != 0;
 }
 
@@ -110,7 +104,7 @@ int mlz__preflight(pid_t pid, int flags, mlz_target *t)
 {
     int tracer;
     char state;
-    mlz_module m;
+    mlz_proc_module m;
     memset(t, 0, sizeof *t);
     t->pid = pid;
     if (pid <= 0 || (kill(pid, 0) && errno == ESRCH) || read_status(t, &tracer, &state)) {
@@ -151,17 +145,16 @@ int mlz__preflight(pid_t pid, int flags, mlz_target *t)
                  "(--allow-seccomp to try anyway)", (int)pid, t->comm);
         return MLZ_INJ_EREFUSE;
     }
-    if (mlz__module_find(pid, mlz__match_libc, &m)) {
-        mlz__err_clear();          /* an unreadable maps file says the same thing less clearly */
+    if (mlz_proc_module_find(pid, mlz_proc_is_libc, &m)) {
         mlz__err("process %d (%s) is statically linked (no libc.so.6 mapped): cannot load the profiler into it",
                  (int)pid, t->comm);
         return MLZ_INJ_EREFUSE;
     }
-    if (mlz__module_find(pid, mlz__match_ldso, &m)) {
+    if (mlz_proc_module_find(pid, mlz_proc_is_ldso, &m)) {
         mlz__err("process %d (%s) has no dynamic loader mapped: statically linked", (int)pid, t->comm);
         return MLZ_INJ_EREFUSE;
     }
-    t->payload_mapped = mlz__module_find(pid, mlz__match_payload, &m) == 0;
+    t->payload_mapped = mlz_proc_payload_find(pid, &m) == 0;
     t->payload_active = t->payload_mapped ? payload_active(pid, &m) : 0;
     return 0;
 }

@@ -29,6 +29,7 @@
  * names the thread and what it holds.
  */
 #include "injector.h"
+#include "info.h"
 
 #include <elfutils/libdwfl.h>
 #include <errno.h>
@@ -135,14 +136,14 @@ static int frame_cb(Dwfl_Frame *f, void *arg)
     const char *sym = dwfl_module_addrname(m, pc);
     if (mlz__verbose > 1)
         mlz__note("  #%d 0x%llx %s in %s", s->frames - 1, (unsigned long long)pc, sym ? sym : "?", mname ? mname : "?");
-    if (mname && mlz__match_ldso(mname)) {
+    if (mname && mlz_proc_is_ldso(mname)) {
         snprintf(s->why, sizeof s->why, "in the dynamic loader (%s)", sym ? sym : "ld.so");
         s->unsafe = s->lockish = 1;
-    } else if (mname && mlz__match_payload(mname)) {
+    } else if (mname && mlz_proc_is_payload(mname)) {
         if (s->drain_ok) return DWARF_CB_ABORT;     /* its idle loop: nothing held */
         snprintf(s->why, sizeof s->why, "in the memlyze payload (%s)", sym ? sym : "?");
         s->unsafe = 1;
-    } else if (mname && mlz__match_libc(mname)) {
+    } else if (mname && mlz_proc_is_libc(mname)) {
         if (!s->malloc_lo && !s->malloc_hi) malloc_span(m, &s->malloc_lo, &s->malloc_hi);
         if (sym && name_unsafe(sym)) {
             snprintf(s->why, sizeof s->why, "in libc's %s", sym);
@@ -190,7 +191,7 @@ static int is_idle_drain(pid_t pid, const mlz_thread *t)
     char name[64];
     long nr = (long)t->regs.orig_rax;
     return (nr == SYS_nanosleep || nr == SYS_clock_nanosleep || nr == SYS_futex) &&
-           !strcmp(mlz__thread_name(pid, t->tid, name, sizeof name), MLZ_DRAIN_THREAD_NAME);
+           !strcmp(mlz__thread_name(pid, t->tid, name, sizeof name), MEMLYZE_DRAIN_THREAD_NAME);
 }
 
 /* Blocked inside a system call (not merely returned from one): its stop
@@ -235,8 +236,8 @@ static int loader_frame_cb(Dwfl_Frame *f, void *arg)
     Dwfl_Module *m = dwfl_addrmodule(dwfl_thread_dwfl(dwfl_frame_thread(f)), pc);
     const char *mname = m ? dwfl_module_info(m, NULL, NULL, NULL, NULL, NULL, NULL, NULL) : NULL;
     if (!mname) return DWARF_CB_OK;
-    if (mlz__match_ldso(mname)) { s->below_loader = 1; return DWARF_CB_ABORT; }
-    if (!mlz__match_libc(mname) && !s->module[0])
+    if (mlz_proc_is_ldso(mname)) { s->below_loader = 1; return DWARF_CB_ABORT; }
+    if (!mlz_proc_is_libc(mname) && !s->module[0])
         snprintf(s->module, sizeof s->module, "%s", strrchr(mname, '/') ? strrchr(mname, '/') + 1 : mname);
     return DWARF_CB_OK;
 }

@@ -23,6 +23,7 @@
  * names it, and the module map whenever the set of loaded modules changes.
  */
 #include "payload.h"
+#include "info.h"
 #include "modtab.h"
 #include "jsonw.h"
 #include "mlz_format.h"
@@ -423,8 +424,8 @@ static void *drain_main(void *arg)
 {
     unsigned gen = (unsigned)(uintptr_t)arg;
     mlz__tls.s.in_hook = 1;     /* our own allocations are never sampled */
-    /* Named, so the injector recognises it (MLZ_DRAIN_THREAD_NAME). */
-    prctl(PR_SET_NAME, "memlyze-drain", 0, 0, 0);
+    /* Named, so the injector recognises it (info.h). */
+    prctl(PR_SET_NAME, MEMLYZE_DRAIN_THREAD_NAME, 0, 0, 0);
     sigset_t all;
     sigfillset(&all);
     /* SETMASK, not BLOCK: the thread that created us may have been borrowed

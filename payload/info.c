@@ -1,5 +1,5 @@
 /*
- * info.c - the exported memlyze_info (see info.h), filled at compile time
+ * info.c - the exported memlyze_info (the contract in info.h), filled at compile time
  * from the real structures so it cannot drift from them.
  */
 #include "info.h"
@@ -37,7 +37,7 @@ MLZ_EXPORT const struct memlyze_info memlyze_info = {
     .entry_time_ns = offsetof(mlz_heap_entry, time_ns),
     .entry_seq = offsetof(mlz_heap_entry, seq),
     .entry_check = offsetof(mlz_heap_entry, check),
-    .check_algorithm = 1,
+    .check_algorithm = MEMLYZE_CHECK_ALGORITHM,
     .stack_recs_addr = A(mlz__g.stacks.recs),
     .stack_frames_addr = A(mlz__g.stacks.frames),
     .stack_next_id_addr = A(mlz__g.stacks.next_id),
@@ -50,4 +50,5 @@ MLZ_EXPORT const struct memlyze_info memlyze_info = {
     .counter_names_addr = (uint64_t)(uintptr_t)counter_names,
     .ncounters = sizeof counter_names / sizeof *counter_names,
     .session_addr = A(mlz__g.session),
+    .map_log2_max = MEMLYZE_MAP_LOG2_MAX,
 };

@@ -1,13 +1,26 @@
 /*
- * info.h - the description of the payload's data that tools read from
- * OUTSIDE the process (memlyze-snapshot with process_vm_readv, the gdb and
- * lldb scripts through their memory APIs), so that they never hard-code an
- * offset: a payload change bumps MEMLYZE_INFO_VERSION or moves an offset
- * here, and the readers follow or refuse.
+ * info.h - the payload's contract with the outside, in one versioned
+ * header: everything a tool outside the process relies on to find, load,
+ * call and read the payload.
+ *
+ *  - how it is recognised: the memfd name the injector loads it from, the
+ *    file name prefix, the name of its drain thread;
+ *  - its entry points (payload/attach.c), called by the injector;
+ *  - the description of its data, struct memlyze_info, exported as the
+ *    data symbol `memlyze_info`: where its heap map and stack table are and
+ *    how they are laid out, so that readers (memlyze snapshot/watch/serve
+ *    with process_vm_readv, the gdb and lldb scripts through their memory
+ *    APIs) never hard-code an offset;
+ *  - the bounds a reader may trust and the check word that tells it a
+ *    heap-map entry was copied whole (memlyze_check_word).
+ *
+ * A change to any of it bumps MEMLYZE_INFO_VERSION (or moves an offset in
+ * the descriptor), and the readers follow or refuse. The Python scripts
+ * cannot include this file: they take the bounds from the descriptor and
+ * implement check algorithm MEMLYZE_CHECK_ALGORITHM themselves.
  *
  * All addresses are in the profiled process. Fields are fixed-width so the
- * layout is the same for every reader. Exported as the data symbol
- * `memlyze_info`.
+ * layout is the same for every reader.
  */
 #ifndef MLZ_INFO_H
 #define MLZ_INFO_H
@@ -15,7 +28,62 @@
 #include <stdint.h>
 
 #define MEMLYZE_INFO_MAGIC   "MLZINFO"  /* 8 bytes with the NUL */
-#define MEMLYZE_INFO_VERSION 2   /* 2: session_addr */
+#define MEMLYZE_INFO_VERSION 3   /* 2: session_addr; 3: map_log2_max */
+#define MEMLYZE_INFO_SYMBOL  "memlyze_info"
+
+/* How the payload appears in a process: /proc/PID/maps shows the memfd
+ * as "/memfd:memlyze-payload (deleted)", a file as libmemlyze*.so. */
+#define MEMLYZE_MEMFD_NAME     "memlyze-payload"
+#define MEMLYZE_PAYLOAD_PREFIX "libmemlyze"
+/* Its drain thread's name (prctl PR_SET_NAME, at most 15 characters): the
+ * injector may borrow that thread while it idles. */
+#define MEMLYZE_DRAIN_THREAD_NAME "memlyze-drain"
+
+/* Entry points (payload/attach.c): int memlyze_attach(const char *config),
+ * int memlyze_detach(void), const char *memlyze_strerror(int code),
+ * int memlyze_attach_stats(int *modules, int *slots). */
+#define MEMLYZE_ENTRY_ATTACH       "memlyze_attach"
+#define MEMLYZE_ENTRY_DETACH       "memlyze_detach"
+#define MEMLYZE_ENTRY_STRERROR     "memlyze_strerror"
+#define MEMLYZE_ENTRY_ATTACH_STATS "memlyze_attach_stats"
+
+/* The heap map has 2^log2 slots, log2 in [MIN, MAX] ($MEMLYZE_MAP_LOG2). */
+#define MEMLYZE_MAP_LOG2_MIN 8
+#define MEMLYZE_MAP_LOG2_MAX 28
+/* Bounds a reader checks before it trusts the descriptor's sizes. */
+#define MEMLYZE_ENTRY_SIZE_MIN 56
+#define MEMLYZE_RECORD_SIZE_MAX 4096
+#define MEMLYZE_COUNTERS_MAX 256
+
+/* The check word of a heap-map entry, algorithm 1: a chain of bijective
+ * 64-bit finalizers (MurmurHash3's fmix64) with a constant between steps,
+ * so a change in any field flips about half the bits. A reader that copies
+ * an entry while it is being written sees a check that does not match.
+ * The finalizer is spelled out here rather than taken from core/platform.h
+ * (mlz_fmix64, the hash tables' mixer) on purpose: the contract stands
+ * alone, and retuning the tables' hash must not change algorithm 1. */
+#define MEMLYZE_CHECK_ALGORITHM 1
+static inline uint64_t memlyze_check_fmix(uint64_t h)
+{
+    h ^= h >> 33;
+    h *= 0xFF51AFD7ED558CCDull;
+    h ^= h >> 33;
+    h *= 0xC4CEB9FE1A85EC53ull;
+    h ^= h >> 33;
+    return h;
+}
+static inline uint64_t memlyze_check_word(uint64_t key, uint64_t size, uint32_t stack_id, uint32_t tid,
+                                          uint64_t time_ns, uint64_t seq)
+{
+    const uint64_t k = 0x9E3779B97F4A7C15ull;
+    uint64_t h = 0x6D6C7A6865617031ull; /* "mlzheap1" */
+    h = memlyze_check_fmix((h ^ key) + k);
+    h = memlyze_check_fmix((h ^ size) + k);
+    h = memlyze_check_fmix((h ^ (((uint64_t)stack_id << 32) | tid)) + k);
+    h = memlyze_check_fmix((h ^ time_ns) + k);
+    h = memlyze_check_fmix((h ^ seq) + k);
+    return h;
+}
 
 struct memlyze_info {
     char     magic[8];
@@ -35,7 +103,7 @@ struct memlyze_info {
     uint32_t entry_size;
     uint32_t entry_key, entry_size_field, entry_stack_id, entry_tid;
     uint32_t entry_time_ns, entry_seq, entry_check;
-    uint32_t check_algorithm;      /* 1: mlz_heap_entry_check of heapmap.c v1 */
+    uint32_t check_algorithm;      /* MEMLYZE_CHECK_ALGORITHM: memlyze_check_word */
 
     /* Stack table: recs[id] of rec_size, frames[] of uint64_t PCs. */
     uint64_t stack_recs_addr;      /* address of the pointer to the records */
@@ -53,6 +121,26 @@ struct memlyze_info {
     /* uint64_t, different for every sampling session (attach, or the
      * child of a followed fork): snapshots of one session share samples. */
     uint64_t session_addr;
+
+    /* Version 3. The heap map's mask is below 1 << map_log2_max. */
+    uint32_t map_log2_max;
+    uint32_t pad3;
 };
+
+/* 1 if a descriptor copied from a process is one this header describes,
+ * with every field a reader uses inside its record. */
+static inline int memlyze_info_readable(const struct memlyze_info *in)
+{
+    int ok = in->version == MEMLYZE_INFO_VERSION && in->size == sizeof *in &&
+             in->check_algorithm == MEMLYZE_CHECK_ALGORITHM && in->entry_size >= MEMLYZE_ENTRY_SIZE_MIN &&
+             in->entry_size <= MEMLYZE_RECORD_SIZE_MAX && in->rec_size > 0 && in->rec_size <= MEMLYZE_RECORD_SIZE_MAX &&
+             in->ncounters <= MEMLYZE_COUNTERS_MAX && in->map_log2_max <= MEMLYZE_MAP_LOG2_MAX;
+    ok = ok && in->entry_key + 8 <= in->entry_size && in->entry_size_field + 8 <= in->entry_size &&
+         in->entry_stack_id + 4 <= in->entry_size && in->entry_tid + 4 <= in->entry_size &&
+         in->entry_time_ns + 8 <= in->entry_size && in->entry_seq + 8 <= in->entry_size &&
+         in->entry_check + 8 <= in->entry_size;
+    return ok && in->rec_ready + 4 <= in->rec_size && in->rec_depth + 4 <= in->rec_size &&
+           in->rec_frames_offset + 8 <= in->rec_size;
+}
 
 #endif

@@ -1,13 +1,14 @@
 /*
  * state.c - the payload's global state: configuration from the environment
- * (or the injector), the data structures, and the description of their
- * layout that tools outside the process read (memlyze-snapshot, gdb).
+ * (or the injector) and the data structures. Their description for tools
+ * outside the process is info.c's memlyze_info (the contract in info.h).
  *
  * Everything here runs once, from the constructor or the injector's call,
  * never on an allocation's fast path. Nothing allocates: memory comes from
  * mmap inside the core's init functions.
  */
 #include "payload.h"
+#include "info.h"
 #include "modtab.h"
 
 #include <stdlib.h>
@@ -112,7 +113,7 @@ int mlz__init(void)
     /* Exact mode records every allocation: a bigger live map. */
     unsigned log2 = mlz__g.rate <= 1 ? 20 : 16;
     const char *v = getenv("MEMLYZE_MAP_LOG2");
-    if (v && parse_size(v) >= 8 && parse_size(v) <= 28) log2 = (unsigned)parse_size(v);
+    if (v && parse_size(v) >= MEMLYZE_MAP_LOG2_MIN && parse_size(v) <= MEMLYZE_MAP_LOG2_MAX) log2 = (unsigned)parse_size(v);
     if (mlz_heapmap_init(&mlz__g.map, log2)) return -1;
     if (mlz_stacktab_init(&mlz__g.stacks, MLZ_STACKTAB_DEFAULT_MAX, MLZ_STACKTAB_DEFAULT_ARENA)) {
         mlz_heapmap_destroy(&mlz__g.map);

@@ -70,29 +70,21 @@ int hd_mlyze_name(const char *arc_path, char *out, size_t len)
     return 0;
 }
 
-static int is_payload(const char *path)
-{
-    const char *b = strrchr(path, '/');
-    b = b ? b + 1 : path;
-    return !strncmp(b, "libmemlyze", 10) || strstr(path, "memfd:memlyze") != NULL;
-}
-
 /* Sampled mode has no list of every object: refuse before touching anything. */
-static int check_exact(pid_t pid, const pm_module *m, size_t n, char *err, size_t errlen)
+static int check_exact(pid_t pid, const mlz_proc_module *m, size_t n, char *err, size_t errlen)
 {
-    const pm_module *pay = NULL;
+    const mlz_proc_module *pay = NULL;
     for (size_t i = 0; i < n && !pay; i++)
-        if (is_payload(m[i].path)) pay = &m[i];
+        if (mlz_proc_is_payload(m[i].path)) pay = &m[i];
     if (!pay)
         return herr(err, errlen, "memlyze is not loaded in process %d (attach with `memlyze-attach -r 1 %d` "
                     "or start it with `memlyze run -r 1`)", (int)pid, (int)pid);
     uint64_t at, rate = 0;
     struct memlyze_info in;
-    if (pm_symbol(pid, pay, "memlyze_info", &at) || pm_read(pid, at, &in, sizeof in) ||
-        memcmp(in.magic, MEMLYZE_INFO_MAGIC, 8) || in.version != MEMLYZE_INFO_VERSION)
+    if (mlz_proc_payload_info(pid, pay, &in, &at) || !memlyze_info_readable(&in))
         return herr(err, errlen, "cannot read memlyze's tables in process %d (same user or CAP_SYS_PTRACE, "
                     "and the matching memlyze, needed)", (int)pid);
-    if (pm_read(pid, in.rate_addr, &rate, 8))
+    if (mlz_proc_read(pid, in.rate_addr, &rate, 8))
         return herr(err, errlen, "cannot read process %d's memory: %s", (int)pid, strerror(errno));
     if (rate != 1)
         return herr(err, errlen, "process %d is profiled at a sampling rate of %llu bytes: a heap dump needs every "
@@ -157,7 +149,7 @@ static size_t read_items(pid_t pid, item *it, size_t n, uint8_t *failed)
         ssize_t got = process_vm_readv(pid, lo, k, re, k, 0);
         if (got != (ssize_t)want) {
             for (size_t j = 0; j < k; j++)
-                if (pm_read(pid, it[i + j].addr, it[i + j].data, it[i + j].size)) {
+                if (mlz_proc_read(pid, it[i + j].addr, it[i + j].data, it[i + j].size)) {
                     memset(it[i + j].data, 0, it[i + j].size);
                     if (failed) failed[i + j] = 1;
                     bad++;
@@ -312,7 +304,7 @@ static json_t *root_json(const char *kind, pid_t tid, uint64_t addr, uint64_t si
 int hd_dump(pid_t pid, const char *arc_path, const char *mlyze_path, int flags, hd_stats *st, char *err, size_t errlen)
 {
     int rc = -1, stopped = 0, wrote_mlyze = 0;
-    pm_module *mods = NULL;
+    mlz_proc_module *mods = NULL;
     size_t nmods = 0, np = 0, cp = 0, nmaps = 0, nheap = 0;
     pm_piece *pieces = NULL;
     range *maps = NULL;
@@ -331,12 +323,12 @@ int hd_dump(pid_t pid, const char *arc_path, const char *mlyze_path, int flags, 
 
     if (kill(pid, 0) && errno == ESRCH) return herr(err, errlen, "no process %d", (int)pid);
     if (!access(arc_path, F_OK)) return herr(err, errlen, "%s exists (a dump never replaces a file)", arc_path);
-    if (pm_modules(pid, &mods, &nmods)) return herr(err, errlen, "cannot read /proc/%d/maps: %s", (int)pid, strerror(errno));
+    if (mlz_proc_modules(pid, &mods, &nmods)) return herr(err, errlen, "cannot read /proc/%d/maps: %s", (int)pid, strerror(errno));
     if (check_exact(pid, mods, nmods, err, errlen)) goto out;
 
     /* Global roots: writable segments of every module but ours. */
     for (size_t i = 0; i < nmods; i++)
-        if (mods[i].path[0] == '/' && !is_payload(mods[i].path) && pm_data_pieces(pid, &mods[i], &pieces, &np, &cp)) {
+        if (mods[i].path[0] == '/' && !mlz_proc_is_payload(mods[i].path) && pm_data_pieces(pid, &mods[i], &pieces, &np, &cp)) {
             herr(err, errlen, "cannot read module %s of process %d", mods[i].path, (int)pid);
             goto out;
         }
@@ -414,7 +406,7 @@ int hd_dump(pid_t pid, const char *arc_path, const char *mlyze_path, int flags, 
         if (!roots[i].data) {   /* registers are already here */
             roots[i].data = p;
             p += roots[i].size;
-            if (pm_read(pid, roots[i].addr, roots[i].data, roots[i].size)) memset(roots[i].data, 0, roots[i].size);
+            if (mlz_proc_read(pid, roots[i].addr, roots[i].data, roots[i].size)) memset(roots[i].data, 0, roots[i].size);
         }
     if (flags & HD_SHORT_PAUSE) {   /* the heap is read while the program runs */
         mlz__threads_detach_all(&g, 0);
@@ -487,7 +479,7 @@ out:
     mlz__threads_free(&g);
     if (f) { fclose(f); unlink(tmp); }
     if (rc && wrote_mlyze) unlink(mlyze_path);
-    pm_free_modules(mods, nmods);
+    free(mods);
     pm_free_pieces(pieces, np);
     free(maps);
     free(roots);

@@ -101,9 +101,9 @@ static int push(pm_piece **v, size_t *n, size_t *cap, uint64_t addr, uint64_t en
     return 0;
 }
 
-int pm_data_pieces(pid_t pid, const pm_module *m, pm_piece **v, size_t *n, size_t *cap)
+int pm_data_pieces(pid_t pid, const mlz_proc_module *m, pm_piece **v, size_t *n, size_t *cap)
 {
-    int fd = pm_open_module(pid, m);
+    int fd = mlz_proc_module_open(pid, m);
     if (fd < 0) return -1;
     elf_version(EV_CURRENT);
     Elf *e = elf_begin(fd, ELF_C_READ, NULL);

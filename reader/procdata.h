@@ -5,7 +5,7 @@
 #ifndef MLZ_PROCDATA_H
 #define MLZ_PROCDATA_H
 
-#include "procmem.h"
+#include "proc.h"
 
 typedef struct pm_piece {
     uint64_t addr, size;      /* 8-byte aligned */
@@ -15,7 +15,7 @@ typedef struct pm_piece {
 
 /* Appends the pieces of every writable PT_LOAD segment of m (file size and
  * bss) to *v. 0, or -1 when the module's file cannot be read. */
-int  pm_data_pieces(pid_t pid, const pm_module *m, pm_piece **v, size_t *n, size_t *cap);
+int  pm_data_pieces(pid_t pid, const mlz_proc_module *m, pm_piece **v, size_t *n, size_t *cap);
 void pm_free_pieces(pm_piece *v, size_t n);
 
 #endif

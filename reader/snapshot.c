@@ -3,8 +3,9 @@
  * outside: no code runs in the target and none of its threads is paused.
  *
  * The payload exports `memlyze_info` (payload/info.h): where its heap map
- * and stack table are and how they are laid out. We find that symbol with
- * libelf in the very file the process mapped, copy the tables with
+ * and stack table are and how they are laid out. The proc library finds the
+ * payload and that symbol as every memlyze tool does (proc/proc.h: the very
+ * file the process mapped, or its image in memory), we copy the tables with
  * process_vm_readv while the program keeps running, and keep only entries
  * that are consistent: a published pointer whose check word matches its
  * fields (an entry being inserted or removed while we copy fails the check
@@ -18,7 +19,7 @@
 #include "info.h"
 #include "jsonw.h"
 #include "mlz_format.h"
-#include "procmem.h"
+#include "proc.h"
 #include "varint.h"
 
 #include <errno.h>
@@ -39,17 +40,6 @@ static int serr(char *err, size_t len, const char *fmt, ...)
     vsnprintf(err, len, fmt, ap);
     va_end(ap);
     return -1;
-}
-
-/* The payload's module in the target: the injected memfd or a file. */
-static const pm_module *find_payload(const pm_module *m, size_t n)
-{
-    for (size_t i = 0; i < n; i++) {
-        const char *base = strrchr(m[i].path, '/');
-        base = base ? base + 1 : m[i].path;
-        if (!strncmp(base, "libmemlyze", 10) || strstr(m[i].path, "memfd:memlyze")) return &m[i];
-    }
-    return NULL;
 }
 
 /* Entries in birth order (the event stream needs non-negative deltas): an
@@ -77,7 +67,7 @@ static int sort_by_time(snap_obj *v, size_t n)
     return 0;
 }
 
-static int get_u64(pid_t pid, uint64_t addr, uint64_t *v) { return pm_read(pid, addr, v, 8); }
+static int get_u64(pid_t pid, uint64_t addr, uint64_t *v) { return mlz_proc_read(pid, addr, v, 8); }
 
 /* Reads one entry field by field per the info's offsets into *e. */
 static void decode_entry(const struct memlyze_info *in, const uint8_t *raw, mlz_heap_entry *e)
@@ -97,7 +87,7 @@ static void decode_entry(const struct memlyze_info *in, const uint8_t *raw, mlz_
 int mlz_live_read(pid_t pid, mlz_live_heap *h, char *err, size_t errlen)
 {
     int rc = -1;
-    pm_module *mods = NULL;
+    mlz_proc_module *mods = NULL, pay;
     size_t nmods = 0;
     uint8_t *slots = NULL;
     snap_obj *live = NULL;
@@ -109,35 +99,35 @@ int mlz_live_read(pid_t pid, mlz_live_heap *h, char *err, size_t errlen)
 
     /* -2: the target is gone or no longer profiled; -1: anything else. */
     if (kill(pid, 0) && errno == ESRCH) return serr(err, errlen, "no process %d", (int)pid) - 1;
-    if (pm_modules(pid, &mods, &nmods)) {
-        if (kill(pid, 0) && errno == ESRCH) return serr(err, errlen, "no process %d", (int)pid) - 1;
-        return serr(err, errlen, "cannot read /proc/%d/maps: %s", (int)pid, strerror(errno));
-    }
-    const pm_module *pay = find_payload(mods, nmods);
-    if (!pay) {
+    int prc = mlz_proc_payload_find(pid, &pay);
+    if (prc == MLZ_PROC_ENOENT) {
         /* memlyze-attach's record is there but the payload is not: only an
          * exec drops it (a detached payload stays mapped, pass-through). */
         char state[128];
         snprintf(state, sizeof state, "/proc/%d/root/tmp/memlyze-%d/state", (int)pid, (int)pid);
         if (access(state, F_OK) == 0)
-            rc = serr(err, errlen, "process %d has exec'd since memlyze-attach: the payload went with its old image "
-                 "(memlyze-detach %d writes the trace recorded up to the exec)", (int)pid, (int)pid) - 1;
-        else
-            rc = serr(err, errlen, "memlyze is not loaded in process %d (attach first)", (int)pid) - 1;
-        goto out;
+            return serr(err, errlen, "process %d has exec'd since memlyze-attach: the payload went with its old image "
+                        "(memlyze-detach %d writes the trace recorded up to the exec)", (int)pid, (int)pid) - 1;
+        return serr(err, errlen, "memlyze is not loaded in process %d (attach first)", (int)pid) - 1;
+    }
+    if (prc) {
+        if (kill(pid, 0) && errno == ESRCH) return serr(err, errlen, "no process %d", (int)pid) - 1;
+        return serr(err, errlen, "%s", mlz_proc_error());
     }
     uint64_t info_addr;
-    if (pm_symbol(pid, pay, "memlyze_info", &info_addr)) {
-        serr(err, errlen, "%s in process %d has no memlyze_info (an older payload?)", pay->path, (int)pid);
-        goto out;
-    }
     struct memlyze_info in;
-    if (pm_read(pid, info_addr, &in, sizeof in)) {
-        serr(err, errlen, "cannot read process %d's memory: %s (same user or CAP_SYS_PTRACE needed)", (int)pid, strerror(errno));
-        goto out;
+    if ((prc = mlz_proc_payload_info(pid, &pay, &in, &info_addr))) {
+        if (prc == MLZ_PROC_EIO)
+            return serr(err, errlen, "cannot read process %d's memory: %s (same user or CAP_SYS_PTRACE needed)", (int)pid,
+                        strerror(errno));
+        return serr(err, errlen, "%s", mlz_proc_error());
     }
-    if (memcmp(in.magic, MEMLYZE_INFO_MAGIC, 8) || in.version != MEMLYZE_INFO_VERSION || in.size != sizeof in ||
-        in.check_algorithm != 1 || in.entry_size < 56 || in.entry_size > 4096) {
+    /* The modules, for symbolization. */
+    if (mlz_proc_modules(pid, &mods, &nmods)) {
+        if (kill(pid, 0) && errno == ESRCH) return serr(err, errlen, "no process %d", (int)pid) - 1;
+        return serr(err, errlen, "%s", mlz_proc_error());
+    }
+    if (!memlyze_info_readable(&in)) {
         serr(err, errlen, "process %d runs a payload with a different data layout (version %u); use the matching memlyze",
              (int)pid, in.version);
         goto out;
@@ -145,15 +135,15 @@ int mlz_live_read(pid_t pid, mlz_live_heap *h, char *err, size_t errlen)
     int ready = 0;
     uint64_t rate = 0, mono2real = 0, session = 0, slots_addr = 0, mask = 0, recs = 0, frames = 0;
     uint32_t next_id = 0;
-    if (pm_read(pid, in.ready_addr, &ready, sizeof ready) || get_u64(pid, in.rate_addr, &rate) ||
+    if (mlz_proc_read(pid, in.ready_addr, &ready, sizeof ready) || get_u64(pid, in.rate_addr, &rate) ||
         get_u64(pid, in.mono_to_real_addr, &mono2real) || get_u64(pid, in.session_addr, &session) || get_u64(pid, in.map_slots_addr, &slots_addr) ||
         get_u64(pid, in.map_mask_addr, &mask) || get_u64(pid, in.stack_recs_addr, &recs) ||
-        get_u64(pid, in.stack_frames_addr, &frames) || pm_read(pid, in.stack_next_id_addr, &next_id, 4)) {
+        get_u64(pid, in.stack_frames_addr, &frames) || mlz_proc_read(pid, in.stack_next_id_addr, &next_id, 4)) {
         serr(err, errlen, "cannot read process %d's memory: %s", (int)pid, strerror(errno));
         goto out;
     }
     if (!ready || !slots_addr) { rc = serr(err, errlen, "memlyze is loaded in process %d but not attached", (int)pid) - 1; goto out; }
-    if (mask >= (1ull << 28)) { serr(err, errlen, "implausible heap map size in process %d", (int)pid); goto out; }
+    if (mask >> in.map_log2_max) { serr(err, errlen, "implausible heap map size in process %d", (int)pid); goto out; }
 
     /* Copy the map in 1 MiB pieces while the program runs, keeping only
      * what a snapshot needs of each consistent entry. */
@@ -165,7 +155,7 @@ int mlz_live_read(pid_t pid, mlz_live_heap *h, char *err, size_t errlen)
     for (size_t i = 0; i < cap; i++) {
         if (i % per == 0) {
             size_t cnt = cap - i < per ? cap - i : per;
-            if (pm_read(pid, slots_addr + i * esz, slots, cnt * esz)) {
+            if (mlz_proc_read(pid, slots_addr + i * esz, slots, cnt * esz)) {
                 rc = serr(err, errlen, "process %d went away or unmapped its heap map", (int)pid) - 1;
                 goto out;
             }
@@ -179,7 +169,7 @@ int mlz_live_read(pid_t pid, mlz_live_heap *h, char *err, size_t errlen)
             /* Mid-insert or mid-remove: look again. */
             uint8_t raw[4096];
             tries++;
-            if (pm_read(pid, slots_addr + i * esz, raw, esz)) break;
+            if (mlz_proc_read(pid, slots_addr + i * esz, raw, esz)) break;
             decode_entry(&in, raw, &e);
             k = atomic_load(&e.key);
             if (k == MLZ_HEAP_EMPTY || k == MLZ_HEAP_TOMBSTONE) break;
@@ -215,12 +205,12 @@ int mlz_live_read(pid_t pid, mlz_live_heap *h, char *err, size_t errlen)
         uint64_t foff = 0;
         if (id != empty_id) {
             uint8_t rec[256];
-            if (in.rec_size <= sizeof rec && !pm_read(pid, recs + id * in.rec_size, rec, in.rec_size)) {
+            if (in.rec_size <= sizeof rec && !mlz_proc_read(pid, recs + id * in.rec_size, rec, in.rec_size)) {
                 memcpy(&ready, rec + in.rec_ready, 4);
                 memcpy(&depth, rec + in.rec_depth, 4);
                 memcpy(&foff, rec + in.rec_frames_offset, 8);
             }
-            if (ready != 1 || depth > in.max_frames || depth > 256 || pm_read(pid, frames + foff * 8, pcs, depth * 8)) {
+            if (ready != 1 || depth > in.max_frames || depth > 256 || mlz_proc_read(pid, frames + foff * 8, pcs, depth * 8)) {
                 live[i].stack_id = (uint32_t)empty_id;   /* unreadable: the empty stack */
                 st->no_stack++;
                 if (slot_of[empty_id]) continue;
@@ -269,7 +259,7 @@ int mlz_live_read(pid_t pid, mlz_live_heap *h, char *err, size_t errlen)
 out:
     for (size_t i = 0; stacks && i < nst; i++) free(stacks[i].pcs);
     free(stacks);
-    if (mods) pm_free_modules(mods, nmods);
+    free(mods);
     free(slots);
     free(live);
     free(rmods);
@@ -280,7 +270,7 @@ void mlz_live_free(mlz_live_heap *h)
 {
     for (size_t i = 0; h->stacks && i < h->nstacks; i++) free(h->stacks[i].pcs);
     free(h->stacks);
-    if (h->pm) pm_free_modules(h->pm, h->nmods);
+    free(h->pm);
     free(h->obj);
     free(h->mods);
     memset(h, 0, sizeof *h);

@@ -38,7 +38,7 @@ typedef struct mlz_live_heap {
     uint32_t empty_id;        /* the stack of objects whose stack is unknown (changes per read) */
     mlz_raw_module *mods;     /* the process's modules */
     size_t nmods;
-    struct pm_module *pm;     /* owns the modules' paths */
+    struct mlz_proc_module *pm;   /* owns the modules' paths */
     void *extra;              /* a jansson object whose keys join the metadata, or NULL */
     snapshot_stats st;
 } mlz_live_heap;

@@ -40,9 +40,10 @@ except ImportError:          # imported by the lldb script or a test
 
 INFO_SYMBOL = "memlyze_info"
 INFO_MAGIC = b"MLZINFO\0"
-INFO_VERSION = 2
+INFO_VERSION = 3
+CHECK_ALGORITHM = 1           # the check word heap_entry_check() implements
 
-# Field order and C types of struct memlyze_info version 2; the byte layout
+# Field order and C types of struct memlyze_info version 3; the byte layout
 # (natural x86-64 alignment) is derived below, never written out by hand.
 _INFO_FIELDS = (
     ("magic", "8s"), ("version", "I"), ("size", "I"),
@@ -57,6 +58,7 @@ _INFO_FIELDS = (
     ("max_frames", "I"),
     ("counters_addr", "Q"), ("counter_names_addr", "Q"), ("ncounters", "I"), ("pad", "I"),
     ("session_addr", "Q"),
+    ("map_log2_max", "I"), ("pad3", "I"),
 )
 
 
@@ -101,7 +103,7 @@ def _fmix64(h):
 
 
 def heap_entry_check(key, size, stack_id, tid, time_ns, seq):
-    """mlz_heap_entry_check() of core/heapmap.c (check_algorithm 1)."""
+    """memlyze_check_word() of payload/info.h (check_algorithm 1)."""
     k = 0x9E3779B97F4A7C15
     h = 0x6D6C7A6865617031
     h = _fmix64(((h ^ key) + k) & MASK64)
@@ -113,7 +115,7 @@ def heap_entry_check(key, size, stack_id, tid, time_ns, seq):
 
 
 def parse_info(raw):
-    """The descriptor's fields as a dict; MlzError if it is not version 2."""
+    """The descriptor's fields as a dict; MlzError if it is not INFO_VERSION."""
     if len(raw) < 16 or raw[:8] != INFO_MAGIC:
         raise MlzError("payload version differs from the scripts: memlyze_info has another magic")
     version, size = struct.unpack_from("<II", raw, 8)
@@ -128,7 +130,8 @@ def parse_info(raw):
     # 4 for stack_id/tid/ready/depth. Anything outside its record means a
     # layout these scripts do not understand.
     es, rs = d["entry_size"], d["rec_size"]
-    ok = d["check_algorithm"] == 1 and 56 <= es <= 4096 and 0 < rs <= 4096 and d["ncounters"] <= 256
+    ok = (d["check_algorithm"] == CHECK_ALGORITHM and 56 <= es <= 4096 and 0 < rs <= 4096 and d["ncounters"] <= 256
+          and d["map_log2_max"] < 64)
     for f, w in (("entry_key", 8), ("entry_size_field", 8), ("entry_stack_id", 4), ("entry_tid", 4),
                  ("entry_time_ns", 8), ("entry_seq", 8), ("entry_check", 8)):
         ok = ok and d[f] + w <= es
@@ -212,7 +215,7 @@ class Payload(object):
                                "sampling when the core was written)")
             raise MlzError("memlyze is loaded in %s but not attached (memlyze attach starts it)"
                            % self.t.describe())
-        if self.mask >= (1 << 28) or (self.mask + 1) & self.mask:
+        if self.mask >> self.i["map_log2_max"] or (self.mask + 1) & self.mask:
             raise MlzError("implausible heap map size (mask 0x%x)%s" % (self.mask, self._where()))
 
     def counters(self):

@@ -107,7 +107,7 @@ if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null && id nobody >/dev/null 2
     TP=$!
     for _ in $(seq 100); do [ -s "$NR/run/tids" ] && break; sleep 0.02; done
     check "nonroot: attach as the same user" $AS_NOBODY "$NR/bin/memlyze-attach" -q --payload "$NR/libmlzt.so" -o "$NR/run/x.mlyze" "$TP"
-    check "nonroot: detach (payload found in memory, no map_files)" $AS_NOBODY "$NR/bin/memlyze-detach" -q "$TP"
+    check "nonroot: detach (payload found without map_files)" $AS_NOBODY "$NR/bin/memlyze-detach" -q "$TP"
     check "nonroot: attach again reuses the payload" bash -c "$AS_NOBODY '$NR/bin/memlyze-attach' --payload '$NR/libmlzt.so' -o '$NR/run/y.mlyze' $TP | grep -q 'payload reused'"
     check "nonroot: detach again" $AS_NOBODY "$NR/bin/memlyze-detach" -q "$TP"
     touch "$NR/run/stop"; wait "$TP"

@@ -28,14 +28,14 @@ PYMOD="import importlib.util as u; s=u.spec_from_file_location('m', '$GDBPY'); m
 
 # 1. The Python check word and descriptor layout equal the C ones.
 cat > "$T/chk.c" <<'EOF'
-#include "heapmap.h"
+#include "info.h"
 #include <stdio.h>
 int main(void)
 {
     unsigned long long k, s, t, q;
     unsigned a, b;
     while (scanf("%llu %llu %u %u %llu %llu", &k, &s, &a, &b, &t, &q) == 6)
-        printf("%llu\n", (unsigned long long)mlz_heap_entry_check(k, s, a, b, t, q));
+        printf("%llu\n", (unsigned long long)memlyze_check_word(k, s, a, b, t, q));
     return 0;
 }
 EOF
@@ -53,10 +53,12 @@ int main(void)
     F(entry_tid) F(entry_time_ns) F(entry_seq) F(entry_check) F(check_algorithm) F(stack_recs_addr)
     F(stack_frames_addr) F(stack_next_id_addr) F(rec_size) F(rec_ready) F(rec_depth) F(rec_frames_offset)
     F(max_frames) F(counters_addr) F(counter_names_addr) F(ncounters) F(pad) F(session_addr)
+    F(map_log2_max) F(pad3)
+    printf("check_algorithm_id %d\n", MEMLYZE_CHECK_ALGORITHM);
     return 0;
 }
 EOF
-cc -std=c11 -D_GNU_SOURCE -I"$ROOT/core" -o "$T/chk" "$T/chk.c" "$B/libmlzcore.a" -lpthread || fail "build chk"
+cc -std=c11 -I"$ROOT/payload" -o "$T/chk" "$T/chk.c" || fail "build chk"
 cc -std=c11 -I"$ROOT/payload" -o "$T/lay" "$T/lay.c" || fail "build lay"
 python3 -c "
 import random; r = random.Random(7); M = (1 << 64) - 1
@@ -68,12 +70,13 @@ print('\n'.join(' '.join(map(str, x)) for x in rows))" > "$T/chk.in"
 python3 -c "$PYMOD
 for l in open('$T/chk.in'):
     k, s, a, b, t, q = map(int, l.split()); print(m.heap_entry_check(k, s, a, b, t, q))" > "$T/chk.py.out"
-check "check word: Python equals mlz_heap_entry_check on 503 inputs" \
+check "check word: Python equals payload/info.h's memlyze_check_word on 503 inputs" \
     bash -c "[ \$(wc -l < '$T/chk.c.out') -eq 503 ] && cmp '$T/chk.c.out' '$T/chk.py.out'"
 "$T/lay" > "$T/lay.c.out"
 python3 -c "$PYMOD
 print('size', m.INFO_SIZE); print('version', m.INFO_VERSION)
-for n, o in m.INFO_OFFSETS.items(): print(n, o)" > "$T/lay.py.out"
+for n, o in m.INFO_OFFSETS.items(): print(n, o)
+print('check_algorithm_id', m.CHECK_ALGORITHM)" > "$T/lay.py.out"
 check "descriptor layout: Python offsets equal payload/info.h's" diff "$T/lay.c.out" "$T/lay.py.out"
 check "descriptors of another magic, version, size or layout are refused" python3 -c "$PYMOD
 import struct
@@ -168,13 +171,14 @@ sleep 60 & SPID=$!
 out=$(G -p "$SPID" -ex "source $GDBPY" -ex 'memlyze snapshot x.mlyze')
 check "no payload: one line" one_error "$out" "no memlyze payload in this process"
 kill "$SPID"; wait "$SPID" 2>/dev/null
-cc -O1 -g -o "$T/badinfo" "$ROOT/tests/targets/dbg_badinfo.c" || fail "build badinfo"
+cc -O1 -g -I"$ROOT/payload" -o "$T/badinfo" "$ROOT/tests/targets/dbg_badinfo.c" || fail "build badinfo"
+NEXT_VERSION=$(( $(awk '$1 == "version" { print $2; exit }' "$T/lay.c.out") + 1 ))   # the first: its value
 mkfifo "$T/in.bad"
 "$T/badinfo" < "$T/in.bad" > "$T/out.bad" & BPID=$!
 exec {BIN}>"$T/in.bad"
 for _ in $(seq 100); do grep -q ready "$T/out.bad" 2>/dev/null && break; sleep 0.05; done
 out=$(G -p "$BPID" -ex "source $GDBPY" -ex 'memlyze status' -ex "memlyze snapshot $T/bad.mlyze")
-check "another descriptor version: refused, one line each" bash -c "[ \$(grep -c '^memlyze: payload version differs from the scripts: memlyze_info version 3' <<<\"\$0\") -eq 2 ]" "$out"
+check "another descriptor version: refused, one line each" bash -c "[ \$(grep -c '^memlyze: payload version differs from the scripts: memlyze_info version $NEXT_VERSION' <<<\"\$0\") -eq 2 ]" "$out"
 check "another descriptor version: no file written" test ! -e "$T/bad.mlyze"
 exec {BIN}>&-; wait "$BPID"
 start_holder loaded 1 MEMLYZE_MODE=

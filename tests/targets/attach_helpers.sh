@@ -8,8 +8,8 @@ if [ ! -x "$ATTACH" ] || [ ! -x "$DETACH" ]; then
     # Not in the build yet: build the injector privately, beside the memlyze tool.
     mkdir -p "$T/bin"
     for m in attach detach; do
-        cc -std=c11 -O2 -g -Wall -Wextra -D_GNU_SOURCE \
-            $(ls "$ROOT"/injector/*.c | grep -v _main.c) "$ROOT/injector/${m}_main.c" \
+        cc -std=c11 -O2 -g -Wall -Wextra -D_GNU_SOURCE -I"$ROOT/proc" -I"$ROOT/payload" \
+            $(ls "$ROOT"/injector/*.c | grep -v _main.c) "$ROOT"/proc/*.c "$ROOT/injector/${m}_main.c" \
             -lelf -ldw -o "$T/bin/memlyze-$m" || { fail "build memlyze-$m"; exit 1; }
     done
     ln -sf "$MEMLYZE" "$T/bin/memlyze"

@@ -3,6 +3,8 @@
  * (as a newer payload would): the debugger scripts must refuse it with one
  * line instead of misreading its tables. Waits for standard input to close.
  */
+#include "info.h"
+
 #include <stdint.h>
 #include <stdio.h>
 #include <unistd.h>
@@ -11,7 +13,7 @@ __attribute__((visibility("default"), used)) const struct {
     char magic[8];
     uint32_t version, size;
     uint64_t rest[40];
-} memlyze_info = { "MLZINFO", 3, 8 + 4 + 4 + 40 * 8, { 0 } };
+} memlyze_info = { MEMLYZE_INFO_MAGIC, MEMLYZE_INFO_VERSION + 1, 8 + 4 + 4 + 40 * 8, { 0 } };
 
 int main(void)
 {

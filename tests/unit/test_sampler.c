@@ -197,7 +197,7 @@ static void test_per_size_probability(void)
  * samples per site).
  *
  * Measured with these seeds: 243/250 covered (97.2%). Mean estimate/true
- * per site, HT: 1.017 0.994 0.987 0.989 1.000; the seed document's estimator
+ * per site, HT: 1.017 0.994 0.987 0.989 1.000; the original sampling design's estimator
  * (each sample worth `rate` bytes): 1.081 0.995 0.945 0.427 0.125. It is
  * biased low wherever allocations are not small against the rate, because
  * it assumes p = size/rate: 2 for a 1 MiB block (really 0.86), 8 for 4 MiB
