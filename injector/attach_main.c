@@ -33,11 +33,7 @@ static const char usage[] =
     "  -v, --verbose         say what is done; -q: print nothing on success\n"
     "  -h, --help            this text\n";
 
-static int die_usage(const char *msg)
-{
-    fprintf(stderr, "memlyze-attach: %s\n%s", msg, usage);
-    return 2;
-}
+static int die_usage(const char *msg) { return mlz__cli_usage("memlyze-attach", usage, msg); }
 
 static int parse_bytes(const char *s, unsigned long long *v)
 {
@@ -55,33 +51,27 @@ static int parse_bytes(const char *s, unsigned long long *v)
 int main(int argc, char **argv)
 {
     unsigned long long rate = 512 * 1024;
-    const char *output = NULL, *unwind = "dwarf";
+    const char *unwind = "dwarf", *bad;
     char payload[PATH_MAX] = "";
-    pid_t want_tid = 0;
-    int hold_ms = 15;
-    int quiet = 0, timeout_ms = 5000, flags = 0, c;
-    enum { O_UNWIND = 256, O_TIMEOUT, O_PAYLOAD, O_SECCOMP, O_THREAD, O_HOLD };
+    mlz_cli o = { NULL, 5000, 15, 0, 0 };
+    int flags = 0, c;
+    enum { O_UNWIND = MLZ_OPT_FIRST_OWN, O_PAYLOAD, O_SECCOMP };
     static const struct option opts[] = {
-        { "rate", required_argument, 0, 'r' }, { "output", required_argument, 0, 'o' },
-        { "unwind", required_argument, 0, O_UNWIND }, { "timeout", required_argument, 0, O_TIMEOUT },
+        { "rate", required_argument, 0, 'r' }, { "unwind", required_argument, 0, O_UNWIND },
         { "payload", required_argument, 0, O_PAYLOAD }, { "allow-seccomp", no_argument, 0, O_SECCOMP },
-        { "thread", required_argument, 0, O_THREAD }, { "hold", required_argument, 0, O_HOLD }, { "verbose", no_argument, 0, 'v' }, { "quiet", no_argument, 0, 'q' }, { "help", no_argument, 0, 'h' },
-        { 0, 0, 0, 0 } };
+        MLZ_CLI_OPTIONS };
     while ((c = getopt_long(argc, argv, "r:o:vqh", opts, NULL)) != -1) {
+        int k = mlz__cli_option(c, optarg, &o, &bad);
+        if (k < 0) return die_usage(bad);
+        if (k) continue;
         switch (c) {
         case 'r': if (parse_bytes(optarg, &rate)) return die_usage("bad --rate"); break;
-        case 'o': output = optarg; break;
         case O_UNWIND:
             if (strcmp(optarg, "fp") && strcmp(optarg, "dwarf")) return die_usage("--unwind is fp or dwarf");
             unwind = optarg;
             break;
-        case O_TIMEOUT: timeout_ms = atoi(optarg); if (timeout_ms <= 0) return die_usage("bad --timeout"); break;
         case O_PAYLOAD: snprintf(payload, sizeof payload, "%s", optarg); break;
         case O_SECCOMP: flags |= MLZ_PRE_ALLOW_SECCOMP; break;
-        case O_THREAD: want_tid = atoi(optarg); break;
-        case O_HOLD: hold_ms = atoi(optarg); if (hold_ms < 0) return die_usage("bad --hold"); break;
-        case 'v': mlz__verbose++; break;
-        case 'q': quiet = 1; break;
         case 'h': fputs(usage, stdout); return 0;
         default: return die_usage("bad option");
         }
@@ -89,6 +79,9 @@ int main(int argc, char **argv)
     if (argc - optind != 1) return die_usage("need exactly one PID");
     pid_t pid = mlz__cli_pid(argv[optind]);
     if (pid <= 0) return die_usage("PID must be a process id");
+    const char *output = o.output;
+    int quiet = o.quiet, timeout_ms = o.timeout_ms, hold_ms = o.hold_ms;
+    pid_t want_tid = o.thread;
 
     mlz_target t;
     mlz_state st;

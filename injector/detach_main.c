@@ -28,32 +28,21 @@ static const char usage[] =
     "  -v, --verbose      say what is done; -q: print nothing on success\n"
     "  -h, --help         this text\n";
 
-static int die_usage(const char *msg)
-{
-    fprintf(stderr, "memlyze-detach: %s\n%s", msg, usage);
-    return 2;
-}
+static int die_usage(const char *msg) { return mlz__cli_usage("memlyze-detach", usage, msg); }
 
 int main(int argc, char **argv)
 {
-    const char *output = NULL;
-    pid_t want_tid = 0;
-    int hold_ms = 15;
-    int quiet = 0, timeout_ms = 5000, finalize = 1, c;
-    enum { O_TIMEOUT = 256, O_NOFIN, O_THREAD, O_HOLD };
-    static const struct option opts[] = {
-        { "output", required_argument, 0, 'o' }, { "timeout", required_argument, 0, O_TIMEOUT },
-        { "no-finalize", no_argument, 0, O_NOFIN }, { "thread", required_argument, 0, O_THREAD }, { "hold", required_argument, 0, O_HOLD }, { "verbose", no_argument, 0, 'v' },
-        { "quiet", no_argument, 0, 'q' }, { "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 } };
+    mlz_cli o = { NULL, 5000, 15, 0, 0 };
+    int finalize = 1, c;
+    const char *bad;
+    enum { O_NOFIN = MLZ_OPT_FIRST_OWN };
+    static const struct option opts[] = { { "no-finalize", no_argument, 0, O_NOFIN }, MLZ_CLI_OPTIONS };
     while ((c = getopt_long(argc, argv, "o:vqh", opts, NULL)) != -1) {
+        int k = mlz__cli_option(c, optarg, &o, &bad);
+        if (k < 0) return die_usage(bad);
+        if (k) continue;
         switch (c) {
-        case 'o': output = optarg; break;
-        case O_TIMEOUT: timeout_ms = atoi(optarg); if (timeout_ms <= 0) return die_usage("bad --timeout"); break;
         case O_NOFIN: finalize = 0; break;
-        case O_THREAD: want_tid = atoi(optarg); break;
-        case O_HOLD: hold_ms = atoi(optarg); if (hold_ms < 0) return die_usage("bad --hold"); break;
-        case 'v': mlz__verbose++; break;
-        case 'q': quiet = 1; break;
         case 'h': fputs(usage, stdout); return 0;
         default: return die_usage("bad option");
         }
@@ -61,6 +50,9 @@ int main(int argc, char **argv)
     if (argc - optind != 1) return die_usage("need exactly one PID");
     pid_t pid = mlz__cli_pid(argv[optind]);
     if (pid <= 0) return die_usage("PID must be a process id");
+    const char *output = o.output;
+    int quiet = o.quiet, timeout_ms = o.timeout_ms, hold_ms = o.hold_ms;
+    pid_t want_tid = o.thread;
 
     mlz_target t;
     mlz_state st;

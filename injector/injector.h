@@ -268,8 +268,25 @@ int  mlz__default_payload(char *buf, size_t cap);
 /* Runs `memlyze finalize -o OUT SPOOL`; 0 on success. */
 int  mlz__finalize(const char *spool, const char *out);
 
-/* attach_main.c, detach_main.c share: the PID argument (-1 if it is not
- * one); also raises our priority for the window (session.c). */
+/* ---- cli.c: what attach_main.c and detach_main.c share */
+typedef struct mlz_cli {
+    const char *output;              /* -o */
+    int timeout_ms, hold_ms, quiet;
+    pid_t thread;                    /* --thread: borrow only this one */
+} mlz_cli;
+enum { MLZ_OPT_TIMEOUT = 256, MLZ_OPT_HOLD, MLZ_OPT_THREAD, MLZ_OPT_FIRST_OWN };
+/* getopt_long entries of the shared options (end a command's own list). */
+#define MLZ_CLI_OPTIONS                                                                          \
+    { "output", required_argument, 0, 'o' }, { "timeout", required_argument, 0, MLZ_OPT_TIMEOUT }, \
+    { "hold", required_argument, 0, MLZ_OPT_HOLD }, { "thread", required_argument, 0, MLZ_OPT_THREAD }, \
+    { "verbose", no_argument, 0, 'v' }, { "quiet", no_argument, 0, 'q' }, { "help", no_argument, 0, 'h' }, \
+    { 0, 0, 0, 0 }
+/* 1 when c was a shared option (taken into o), 0 when not, -1 on a bad
+ * value (*bad says which). */
+int   mlz__cli_option(int c, const char *arg, mlz_cli *o, const char **bad);
+/* "PROG: MSG" and the usage on stderr; returns 2, the usage exit code. */
+int   mlz__cli_usage(const char *prog, const char *usage, const char *msg);
+/* The PID argument (-1 if it is not one); also raises our priority. */
 pid_t mlz__cli_pid(const char *arg);
 
 #endif

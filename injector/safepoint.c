@@ -38,7 +38,10 @@
 #include <string.h>
 #include <sys/syscall.h>
 
-#define RETRY_RUN_MS 3
+#define RETRY_RUN_MS 3          /* the first time the threads run between scans... */
+#define RETRY_RUN_MAX_MS 50     /* ...doubling up to this: a fork (or any syscall our stop
+                                 * interrupts and the kernel restarts) that takes longer than
+                                 * one window would otherwise never finish */
 
 static const char *const unsafe_exact[] = {
     "malloc", "free", "calloc", "realloc", "reallocarray", "memalign", "posix_memalign", "aligned_alloc",
@@ -300,7 +303,9 @@ static int scan_once(mlz_tgroup *g, const mlz_glibc_locks *L, pid_t *tid, char *
         memset(&s, 0, sizeof s);
         s.drain_ok = is_idle_drain(g->pid, t);
         s.max_frames = 256;
-        if (mlz__verbose > 1) mlz__note("unwinding thread %d", (int)t->tid);
+        if (mlz__verbose > 1)
+            mlz__note("unwinding thread %d (stop %d, rax %lld, orig_rax %lld)", (int)t->tid, t->state,
+                      (long long)t->regs.rax, (long long)t->regs.orig_rax);
         if (dwfl_getthread_frames(d, t->tid, frame_cb, &s) && mlz__verbose > 1)
             mlz__note("  unwind of %d ended: %s", (int)t->tid, dwfl_errmsg(-1));
         t->unsafe = s.unsafe || s.frames == 0;
@@ -332,7 +337,7 @@ int mlz__safepoint_find(mlz_tgroup *g, const mlz_glibc_locks *L, int timeout_ms,
 {
     uint64_t deadline = mlz__now_us() + (uint64_t)timeout_ms * 1000u;
     char why[320] = "no thread could be borrowed";
-    int tries = 0;
+    int tries = 0, run_ms = RETRY_RUN_MS;
     for (;;) {
         int rc = scan_once(g, L, tid, why, sizeof why);
         tries++;
@@ -345,7 +350,8 @@ int mlz__safepoint_find(mlz_tgroup *g, const mlz_glibc_locks *L, int timeout_ms,
         int movable = 0;
         for (int i = 0; i < g->n; i++) movable |= g->t[i].state == MLZ_T_TRAP || g->t[i].state == MLZ_T_SIGNAL;
         if (!movable || mlz__now_us() >= deadline) break;
-        if ((rc = mlz__threads_run(g, RETRY_RUN_MS))) return rc;
+        if ((rc = mlz__threads_run(g, run_ms))) return rc;
+        if ((run_ms *= 2) > RETRY_RUN_MAX_MS) run_ms = RETRY_RUN_MAX_MS;
     }
     mlz__err("no thread reached a safe point within %d ms (%d scans; last: %s); try again later", timeout_ms, tries, why);
     return MLZ_INJ_ETIMEOUT;

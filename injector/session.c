@@ -188,14 +188,3 @@ int mlz__session_end(mlz_session *s)
     if (s->blocked) { sigprocmask(SIG_SETMASK, &s->oldmask, NULL); s->blocked = 0; }
     return rc;
 }
-
-pid_t mlz__cli_pid(const char *arg)
-{
-    char *end;
-    long lp = strtol(arg, &end, 10);
-    if (*end || lp <= 0 || lp > INT_MAX) return -1;
-    /* A busy target's threads compete with us for the CPU, before the
-     * window too (best effort: needs CAP_SYS_NICE). */
-    if (setpriority(PRIO_PROCESS, 0, -20)) {}
-    return (pid_t)lp;
-}

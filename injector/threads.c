@@ -114,6 +114,27 @@ static int wait_stopped(mlz_tgroup *g, mlz_thread *t, uint64_t deadline)
 
 /* One pass over /proc/PID/task: seize and interrupt every new thread.
  * Returns how many were new, or < 0. */
+/* A thread on its way out (thread-per-request servers end threads all the
+ * time) cannot be seized (EPERM); it is no thread to worry about. */
+static int thread_exiting(pid_t pid, pid_t tid)
+{
+    char path[96], buf[512];
+    snprintf(path, sizeof path, "/proc/%d/task/%d/stat", (int)pid, (int)tid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 1;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) return 1;
+    buf[n] = 0;
+    char *p = strrchr(buf, ')');
+    if (!p || p[1] != ' ') return 0;
+    if (p[2] == 'X' || p[2] == 'Z') return 1;
+    unsigned long flags = 0;
+    /* field 9: PF_EXITING (0x4) */
+    if (sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %lu", &flags) == 1 && (flags & 0x4)) return 1;
+    return 0;
+}
+
 static int seize_new(mlz_tgroup *g)
 {
     char path[64];
@@ -130,6 +151,7 @@ static int seize_new(mlz_tgroup *g)
         if (tid <= 0 || mlz__threads_find(g, tid)) continue;
         int rc = mlz__pt_seize(tid);
         if (rc == -ESRCH) continue;            /* exited between readdir and seize */
+        if (rc == -EPERM && tid != g->pid && thread_exiting(g->pid, tid)) continue;   /* a dying thread refuses */
         if (rc) {
             char why[256];
             mlz__err("%s", mlz__pt_perm_cause(g->pid, -rc, why, sizeof why));
@@ -178,12 +200,35 @@ static void resume(mlz_thread *t)
     }
 }
 
+/* While the threads run, a signal sent to one (SIGCHLD of a child that
+ * exited, a timer) stops it in signal-delivery until we look: it is passed
+ * on at once, so the window is really spent running (a server forking every
+ * few ms would otherwise get one step per window, and never out of fork). */
+static void run_window(mlz_tgroup *g, int ms)
+{
+    uint64_t end = mlz__now_us() + (uint64_t)ms * 1000u;
+    for (;;) {
+        uint64_t now = mlz__now_us();
+        if (now >= end) return;
+        int st;
+        pid_t tid = waitpid(-1, &st, __WALL | WNOHANG);
+        if (tid <= 0) {
+            struct timespec ts = { 0, 200000 };      /* 0.2 ms */
+            nanosleep(&ts, NULL);
+            continue;
+        }
+        mlz_thread *t = mlz__threads_find(g, tid);
+        if (!t || t->state != MLZ_T_RUNNING) continue;
+        took_stop(g, t, st);
+        if (t->state == MLZ_T_SIGNAL || t->state == MLZ_T_TRAP) resume(t);
+    }
+}
+
 int mlz__threads_run(mlz_tgroup *g, int ms)
 {
     g->paused_us += mlz__now_us() - g->stop_us;
     for (int i = 0; i < g->n; i++) resume(&g->t[i]);
-    struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
-    nanosleep(&ts, NULL);
+    run_window(g, ms);
     g->stop_us = mlz__now_us();
     for (int i = 0; i < g->n; i++)
         if (g->t[i].state == MLZ_T_RUNNING && ptrace(PTRACE_INTERRUPT, g->t[i].tid, 0, 0) && errno == ESRCH)
