@@ -29,7 +29,10 @@ CFLAGS  += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=
 LDFLAGS += -fsanitize=$(SANITIZE)
 endif
 
-SYSLIBS := -ljansson -llz4 -ldw -lelf -lcapstone -lz -lstdc++ -lpthread -lm -ldl
+# libzstd is referenced only weakly (format/codec_split.c, so the payload
+# need not have it): --no-as-needed keeps the linker from dropping it.
+ZSTDLIB := -Wl,--push-state,--no-as-needed -lzstd -Wl,--pop-state
+SYSLIBS := -ljansson -llz4 $(ZSTDLIB) -ldw -lelf -lcapstone -lz -lstdc++ -lpthread -lm -ldl
 
 FORMAT_OBJ := $(patsubst %.c,$(O)/%.o,$(wildcard format/*.c))
 CORE_OBJ   := $(patsubst %.c,$(O)/%.o,$(wildcard core/*.c))
@@ -126,7 +129,7 @@ FUZZ_BIN := build/fuzz/fuzz_reader
 $(FUZZ_BIN): tests/fuzz/fuzz_reader.c $(wildcard format/*.c) $(wildcard format/*.h)
 	@mkdir -p $(@D)
 	clang -std=c11 -g -O1 -D_GNU_SOURCE -Iformat -fsanitize=fuzzer,address,undefined \
-	    -o $@ tests/fuzz/fuzz_reader.c $(wildcard format/*.c) -ljansson -llz4
+	    -o $@ tests/fuzz/fuzz_reader.c $(wildcard format/*.c) -ljansson -llz4 $(ZSTDLIB) -lz
 # Seeds are kept as dump text (reviewable) and turned into binaries here.
 fuzz: $(FUZZ_BIN) $(MEMLYZE)
 	@rm -rf build/fuzz/seeds && mkdir -p build/fuzz/corpus build/fuzz/seeds

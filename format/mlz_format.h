@@ -29,7 +29,10 @@
 /* Header flags, in reserved bytes 20..23 (zero in a plain v1 file). */
 #define MLZ_FLAG_SEALED    0x1u  /* stream_len/event_count/raw_len are final */
 #define MLZ_FLAG_LZ4       0x2u  /* event stream is a sequence of LZ4 blocks */
-#define MLZ_FLAGS_KNOWN    (MLZ_FLAG_SEALED | MLZ_FLAG_LZ4)
+#define MLZ_FLAG_SPLIT     0x4u  /* event stream is split-stream blocks (codec_split.h) */
+#define MLZ_FLAGS_KNOWN    (MLZ_FLAG_SEALED | MLZ_FLAG_LZ4 | MLZ_FLAG_SPLIT)
+#define MLZ_FLAGS_BLOCKS   (MLZ_FLAG_LZ4 | MLZ_FLAG_SPLIT)
+#define MLZ_SPLIT_LEVEL    19      /* zstd level of the split-stream writer */
 
 enum mlz_event_type {
     MLZ_EV_ALLOC  = 0,
@@ -84,7 +87,9 @@ typedef struct mlz_writer_opts {
     uint64_t    start_us;
     const char *meta;        /* JSON metadata text */
     size_t      meta_len;
-    unsigned    flags;       /* MLZ_FLAG_LZ4 to compress, else raw */
+    unsigned    flags;       /* MLZ_FLAG_LZ4 or MLZ_FLAG_SPLIT to compress, else raw.
+                                SPLIT allocates (tools only), and takes blocks
+                                of up to buf_size (<= 1 MiB) bytes of v1 events */
     int         replace;     /* may the final rename replace an existing file */
     int         plain;       /* leave the header unsealed, as a plain v1 writer
                                 would (undump of such files); raw mode only */
@@ -102,6 +107,7 @@ typedef struct mlz_writer {
     int      err;            /* first errno seen; every later call fails */
     uint8_t *buf, *zbuf;
     size_t   cap, len, zcap;
+    struct mlz_split_codec *split;  /* SPLIT mode's encoder */
     uint64_t start_us, last_us;
     uint64_t events, stream_len, raw_len;
     uint64_t block_base_us, block_first_event, nblocks;

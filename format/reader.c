@@ -11,6 +11,7 @@
  * checked against the STACK_RAW events seen so far.
  */
 #include "mlz_format.h"
+#include "codec_split.h"
 #include "varint.h"
 
 #include <errno.h>
@@ -43,6 +44,8 @@ struct mlz_reader {
     uint64_t buf_file_off;    /* raw mode: file offset of buf[0] */
     uint64_t block_off;       /* LZ4 mode: file offset of the current block */
     uint8_t *zbuf;
+    size_t zbuf_cap;
+    mlz_split_codec *split;   /* SPLIT mode's decoder */
     int block_start;          /* the event just returned opened its block */
 
     uint64_t time_us, events;
@@ -120,7 +123,9 @@ int mlz_header_decode(const uint8_t in[MLZ_HEADER_SIZE], mlz_header *h, mlz_erro
         return seterr(err, MLZ_RULE_VERSION, 20, "unknown header flags 0x%x", h->flags);
     if (!(h->flags & MLZ_FLAG_SEALED) && (h->stream_len || h->event_count || h->raw_len))
         return seterr(err, MLZ_RULE_SIZE, 24, "unsealed header carries stream sizes");
-    if ((h->flags & MLZ_FLAG_LZ4) && !(h->flags & MLZ_FLAG_SEALED))
+    if ((h->flags & MLZ_FLAGS_BLOCKS) == MLZ_FLAGS_BLOCKS)
+        return seterr(err, MLZ_RULE_VERSION, 20, "flags LZ4 and SPLIT together");
+    if ((h->flags & MLZ_FLAGS_BLOCKS) && !(h->flags & MLZ_FLAG_SEALED))
         return seterr(err, MLZ_RULE_SIZE, 20, "compressed file was never sealed (writer did not finish)");
     return 0;
 }
@@ -195,7 +200,7 @@ static mlz_reader *open_common(mlz_reader *r, const char *path, mlz_error *err)
                           "file is %llu bytes but header + metadata + events = %llu%s",
                           (unsigned long long)r->file_size, (unsigned long long)want,
                           r->file_size < want ? " (truncated)" : " (trailing bytes)"), NULL;
-        if (!(r->h.flags & MLZ_FLAG_LZ4) && r->h.raw_len != r->h.stream_len)
+        if (!(r->h.flags & MLZ_FLAGS_BLOCKS) && r->h.raw_len != r->h.stream_len)
             return seterr(err, MLZ_RULE_SIZE, 40, "raw length %llu differs from stream length %llu",
                           (unsigned long long)r->h.raw_len, (unsigned long long)r->h.stream_len), NULL;
     }
@@ -213,13 +218,17 @@ static mlz_reader *open_common(mlz_reader *r, const char *path, mlz_error *err)
     if (rc) return NULL;
     r->spool = r->meta.kind && strcmp(r->meta.kind, "spool") == 0;
 
-    r->buf = malloc(RAW_BUF);
+    r->buf = malloc(r->h.flags & MLZ_FLAG_SPLIT ? MLZ_SPLIT_MAX_RAW : RAW_BUF);
     if (!r->buf) return seterr(err, MLZ_RULE_IO, 0, "out of memory"), NULL;
     if (r->h.flags & MLZ_FLAG_LZ4) {
         r->zbuf = malloc(MLZ_LZ4_BOUND + 8);
         if (!r->zbuf) return seterr(err, MLZ_RULE_IO, 0, "out of memory"), NULL;
-        if (path && !(r->flags & MLZ_READ_NO_INDEX)) load_index(r, path);
     }
+    if (r->h.flags & MLZ_FLAG_SPLIT) {
+        r->split = mlz_split_new(MLZ_SPLIT_LEVEL);
+        if (!r->split) return seterr(err, MLZ_RULE_IO, 0, "cannot set up the split-stream decoder (out of memory, or no libzstd)"), NULL;
+    }
+    if ((r->h.flags & MLZ_FLAGS_BLOCKS) && path && !(r->flags & MLZ_READ_NO_INDEX)) load_index(r, path);
     r->next_off = r->data_off;
     r->buf_file_off = r->data_off;
     r->time_us = r->h.start_us;
@@ -263,6 +272,7 @@ void mlz_reader_close(mlz_reader *r)
     mlz_meta_free(&r->meta);
     free(r->buf);
     free(r->zbuf);
+    mlz_split_free(r->split);
     free(r->seen);
     free(r->idx);
     free(r);
@@ -436,6 +446,51 @@ static int load_block(mlz_reader *r, mlz_error *err)
     return 1;
 }
 
+/* The largest payload a split block can have: the stream directory plus
+ * every stream stored at its largest. */
+#define SPLIT_PAYLOAD_MAX (MLZ_SPLIT_NSTREAMS * 8 + 3 * MLZ_SPLIT_MAX_EVENTS + \
+                           7 * (1 + 8 * MLZ_SPLIT_MAX_EVENTS) + MLZ_SPLIT_MAX_RAW)
+
+/* SPLIT mode: loads, checks and decodes the next block into v1 bytes. */
+static int load_split_block(mlz_reader *r, mlz_error *err)
+{
+    if (r->next_off >= r->stream_end) return 0;
+    uint64_t off = r->next_off;
+    uint8_t bh[MLZ_SPLIT_HEADER];
+    if (src_read(r, off, bh, sizeof bh) != (ssize_t)sizeof bh)
+        return seterr(err, MLZ_RULE_SIZE, off, "file ends inside a block header");
+    uint32_t plen = mlz_get_u32(bh), n = mlz_get_u32(bh + 4), rsize = mlz_get_u32(bh + 8);
+    if (plen > SPLIT_PAYLOAD_MAX || n == 0 || n > MLZ_SPLIT_MAX_EVENTS || rsize == 0 || rsize > MLZ_SPLIT_MAX_RAW)
+        return seterr(err, MLZ_RULE_SIZE, off, "block header has impossible sizes (%u payload, %u events, %u raw)",
+                      plen, n, rsize);
+    if (off + sizeof bh + plen > r->stream_end)
+        return seterr(err, MLZ_RULE_SIZE, off, "block of %u bytes runs past the end of the file", plen);
+    if (plen > r->zbuf_cap) {
+        uint8_t *z = realloc(r->zbuf, plen);
+        if (!z) return seterr(err, MLZ_RULE_IO, off, "out of memory");
+        r->zbuf = z;
+        r->zbuf_cap = plen;
+    }
+    if (src_read(r, off + sizeof bh, r->zbuf, plen) != (ssize_t)plen)
+        return seterr(err, MLZ_RULE_IO, off, "read error: %s", strerror(errno));
+    if (mlz_split_crc(r->zbuf, plen) != mlz_get_u32(bh + 12))
+        return seterr(err, MLZ_RULE_SIZE, off, "block checksum mismatch (damaged block)");
+    char why[200];
+    int bad_kind;
+    if (mlz_split_decode(r->split, r->zbuf, plen, n, why, sizeof why, &bad_kind))
+        return seterr(err, bad_kind ? MLZ_RULE_EVENT_TYPE : MLZ_RULE_SIZE, off, "split block: %s", why);
+    const mlz_split_cols *c = mlz_split_columns(r->split);
+    if (c->raw_len != rsize)
+        return seterr(err, MLZ_RULE_SIZE, off, "block decodes to %llu v1 bytes, its header says %u",
+                      (unsigned long long)c->raw_len, rsize);
+    mlz_split_to_v1(c, r->buf);
+    r->block_off = off;
+    r->next_off = off + sizeof bh + plen;
+    r->buf_len = rsize;
+    r->buf_pos = 0;
+    return 1;
+}
+
 static int end_of_stream(mlz_reader *r, mlz_error *err)
 {
     r->done = 1;
@@ -448,10 +503,10 @@ static int end_of_stream(mlz_reader *r, mlz_error *err)
 static int next_event(mlz_reader *r, mlz_event *ev, mlz_error *err)
 {
     if (r->done) return 0;
-    int lz4 = (r->h.flags & MLZ_FLAG_LZ4) != 0;
+    int lz4 = (r->h.flags & MLZ_FLAGS_BLOCKS) != 0;
     for (;;) {
         if (lz4 && r->buf_pos == r->buf_len) {
-            int b = load_block(r, err);
+            int b = r->split ? load_split_block(r, err) : load_block(r, err);
             if (b < 0) return -1;
             if (b == 0) return end_of_stream(r, err);
         }

@@ -36,5 +36,6 @@ long long cli_parse_size(const char *s);
 
 extern const mlz_command cmd_validate, cmd_dump, cmd_undump, cmd_stats, cmd_top, cmd_finalize, cmd_run, cmd_snapshot, cmd_diff, cmd_tree, cmd_leaks, cmd_temporary, cmd_attach, cmd_detach;
 extern const mlz_command cmd_export, cmd_flamegraph, cmd_timeline;
+extern const mlz_command cmd_convert;
 
 #endif

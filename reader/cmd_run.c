@@ -58,12 +58,13 @@ static void print_coverage(const char *trace)
 static int run(int argc, char **argv)
 {
     const char *out = NULL, *rate = NULL, *unwind = NULL, *seed = NULL;
-    int compress = 0, follow = 0, got = 0, coverage = 0, c;
+    int encoding = MLZ_ENC_SPLIT, compress = 0, follow = 0, got = 0, coverage = 0, c;
     static const struct option opts[] = {
         { "rate", required_argument, 0, 'r' }, { "output", required_argument, 0, 'o' },
         { "unwind", required_argument, 0, 'u' }, { "seed", required_argument, 0, 's' },
         { "compress", no_argument, 0, 'z' }, { "follow-fork", no_argument, 0, 'F' },
-        { "got", no_argument, 0, 'G' }, { "coverage", no_argument, 0, 'C' }, { 0, 0, 0, 0 } };
+        { "got", no_argument, 0, 'G' }, { "coverage", no_argument, 0, 'C' },
+        { "format", required_argument, 0, 'E' }, { 0, 0, 0, 0 } };
     while ((c = getopt_long(argc, argv, "+r:o:z", opts, NULL)) != -1) {
         switch (c) {
         case 'r':
@@ -77,6 +78,10 @@ static int run(int argc, char **argv)
             break;
         case 's': seed = optarg; break;
         case 'z': compress = 1; break;
+        case 'E':
+            if ((encoding = mlz_encoding_parse(optarg)) < 0)
+                return cli_usage_error(&cmd_run, "--format takes split, v1 or lz4");
+            break;
         case 'F': follow = 1; break;
         case 'G': got = 1; break;
         case 'C': coverage = got = 1; break;
@@ -84,6 +89,7 @@ static int run(int argc, char **argv)
         }
     }
     if (optind >= argc) return cli_usage_error(&cmd_run, "no command to run");
+    if (compress) encoding = MLZ_ENC_LZ4;
     char lib[PATH_MAX];
     const char *libname = got ? "libmemlyze.so" : "libmemlyze-preload.so";
     if (find_payload(libname, lib, sizeof lib))
@@ -148,7 +154,7 @@ static int run(int argc, char **argv)
         long child = rest[0] == '.' ? strtol(rest + 1, NULL, 10) : 0;
         if (child > 0) snprintf(target, sizeof target, "%s.%ld.mlyze", out, child);
         else snprintf(target, sizeof target, "%s", out);
-        if (mlz_finalize(path, target, "trace", compress, 0, err, sizeof err)) {
+        if (mlz_finalize(path, target, "trace", encoding, 0, err, sizeof err)) {
             cli_error("run", "%s", err);
             rc = 1;
         } else {
@@ -166,7 +172,7 @@ static int run(int argc, char **argv)
 
 const mlz_command cmd_run = {
     "run", run, "run a program under the profiler and write its trace",
-    "usage: memlyze run [-r BYTES] [-o FILE] [--unwind fp|dwarf] [-z] [--follow-fork] [--got] [--coverage] -- CMD [ARGS]\n"
+    "usage: memlyze run [-r BYTES] [-o FILE] [--unwind fp|dwarf] [--format split|v1|lz4] [-z] [--follow-fork] [--got] [--coverage] -- CMD [ARGS]\n"
     "\n"
     "Runs CMD with the memlyze sampler preloaded (LD_PRELOAD) and, when it\n"
     "exits, writes its symbolized trace. Exits with CMD's status.\n"
@@ -175,7 +181,9 @@ const mlz_command cmd_run = {
     "  --unwind fp|dwarf   stack unwinder (default dwarf: also walks code built without\n"
     "                      frame pointers; fp is cheaper per sample)\n"
     "  --seed N            fixed sampling seed (reproducible runs)\n"
-    "  -z, --compress      LZ4-compressed trace with an index\n"
+    "  --format ENC        split (default: split-stream zstd blocks, indexed), v1\n"
+    "                      (the plain v1 format) or lz4 (v1 in LZ4 blocks, indexed)\n"
+    "  -z, --compress      v1 in LZ4 blocks (same as --format lz4)\n"
     "  --follow-fork       profile forked children too (FILE.PID.mlyze each)\n"
     "  --got               patch GOT slots instead of interposing (the attach path)\n"
     "  --coverage          with --got: print what GOT patching cannot see (blind spots)\n",

@@ -23,8 +23,8 @@ static int run(int argc, char **argv)
             const mlz_header *h = mlz_reader_header(r);
             const mlz_meta *m = mlz_reader_meta(r);
             printf("%s: ok (%llu events, %zu stacks%s%s%s)\n", argv[i], (unsigned long long)n,
-                   m->nstacks, (h->flags & MLZ_FLAG_LZ4) ? ", lz4" : "",
-                   (h->flags & MLZ_FLAG_LZ4) && !mlz_reader_has_index(r) ? ", index missing or stale" : "",
+                   m->nstacks, (h->flags & MLZ_FLAG_LZ4) ? ", lz4" : (h->flags & MLZ_FLAG_SPLIT) ? ", split" : "",
+                   (h->flags & MLZ_FLAGS_BLOCKS) && !mlz_reader_has_index(r) ? ", index missing or stale" : "",
                    m->kind ? (m->kind[0] == 's' && m->kind[1] == 'p' ? ", spool" : "") : ", plain v1");
         }
         mlz_reader_close(r);

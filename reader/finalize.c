@@ -12,6 +12,7 @@
 #include "finalize.h"
 #include "jsonw.h"
 #include "mlz_format.h"
+#include "codec_split.h"
 #include "symbolize.h"
 #include "varint.h"
 
@@ -33,6 +34,19 @@ typedef struct fin {
     uint64_t nfiles, nfuncs;
     int truncated;
 } fin;
+
+int mlz_encoding_parse(const char *name)
+{
+    if (!strcmp(name, "v1")) return MLZ_ENC_V1;
+    if (!strcmp(name, "lz4")) return MLZ_ENC_LZ4;
+    if (!strcmp(name, "split")) return MLZ_ENC_SPLIT;
+    return -1;
+}
+
+unsigned mlz_encoding_flags(int encoding)
+{
+    return encoding == MLZ_ENC_LZ4 ? MLZ_FLAG_LZ4 : encoding == MLZ_ENC_SPLIT ? MLZ_FLAG_SPLIT : 0;
+}
 
 static int ferr(char *err, size_t len, const char *fmt, ...)
 {
@@ -256,7 +270,7 @@ int mlz_symbolized_meta(mlz_raw_stack *stacks, size_t nstacks, mlz_raw_module *m
     return rc;
 }
 
-int mlz_finalize(const char *spool_path, const char *out, const char *kind, int compress,
+int mlz_finalize(const char *spool_path, const char *out, const char *kind, int encoding,
                  int replace, char *err, size_t errlen)
 {
     fin f = { 0 };
@@ -295,9 +309,9 @@ int mlz_finalize(const char *spool_path, const char *out, const char *kind, int 
     mlz_reader_close(r);
     r = mlz_reader_open(spool_path, MLZ_READ_TRUNCATED_OK, &e);
     if (!r) { ferr(err, errlen, "%s: reopening: %s", spool_path, e.msg); goto out; }
-    static uint8_t buf[MLZ_BLOCK_SIZE], zbuf[MLZ_LZ4_BOUND];
+    static uint8_t buf[MLZ_SPLIT_MAX_RAW], zbuf[MLZ_LZ4_BOUND];
     static mlz_writer w;
-    mlz_writer_opts o = { .start_us = start, .meta = meta, .meta_len = ml, .flags = compress ? MLZ_FLAG_LZ4 : 0,
+    mlz_writer_opts o = { .start_us = start, .meta = meta, .meta_len = ml, .flags = mlz_encoding_flags(encoding),
                           .replace = replace, .mode = 0600, .buf = buf, .buf_size = sizeof buf,
                           .zbuf = zbuf, .zbuf_size = sizeof zbuf };
     int we = mlz_writer_open(&w, out, &o);
