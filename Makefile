@@ -29,9 +29,9 @@ CFLAGS  += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=
 LDFLAGS += -fsanitize=$(SANITIZE)
 endif
 
-# libzstd is referenced only weakly (format/codec_split.c, so the payload
-# need not have it): --no-as-needed keeps the linker from dropping it.
-ZSTDLIB := -Wl,--push-state,--no-as-needed -lzstd -Wl,--pop-state
+# libzstd and zlib are referenced only weakly (format/codec_split.c, so the payload
+# need not have them): --no-as-needed keeps the linker from dropping them.
+ZSTDLIB := -Wl,--push-state,--no-as-needed -lzstd -lz -Wl,--pop-state
 SYSLIBS := -ljansson -llz4 $(ZSTDLIB) -ldw -lelf -lcapstone -lz -lstdc++ -lpthread -lm -ldl
 
 FORMAT_OBJ := $(patsubst %.c,$(O)/%.o,$(wildcard format/*.c))

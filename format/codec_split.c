@@ -148,6 +148,12 @@ void mlz_split_free(mlz_split_codec *c)
 
 const mlz_split_cols *mlz_split_columns(const mlz_split_codec *c) { return &c->cols; }
 
+const uint8_t *mlz_split_stream(const mlz_split_codec *c, int i, size_t *len)
+{
+    *len = c->s[i].len;
+    return c->s[i].p;
+}
+
 uint32_t mlz_split_crc(const uint8_t *p, size_t n)
 {
     return (uint32_t)crc32(crc32(0L, Z_NULL, 0), p, (uInt)n);

@@ -73,6 +73,10 @@ const mlz_split_cols *mlz_split_columns(const mlz_split_codec *c);
  * out has room for MLZ_SPLIT_MAX_RAW). Returns the length. */
 size_t mlz_split_to_v1(const mlz_split_cols *cols, uint8_t *out);
 
+/* Stream i (enum mlz_split_stream) as the last encode or decode left it,
+ * before compression: what the models produced (tests look at codes). */
+const uint8_t *mlz_split_stream(const mlz_split_codec *c, int i, size_t *len);
+
 /* The checksum blocks carry (CRC-32 as zlib computes it). */
 uint32_t mlz_split_crc(const uint8_t *p, size_t n);
 
