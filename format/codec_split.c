@@ -7,11 +7,15 @@
  *     as its slot, a miss as a literal (which then takes the slot);
  *   - ALLOC addresses: per size, a LIFO of the last 8 blocks of that size
  *     freed in this block (glibc's tcache hands those out first); a hit is
- *     coded as its depth, a miss as the signed distance to the previous
- *     address allocated by the same thread (else by any thread);
- *   - FREE: the allocation it frees, counted back among the block's
- *     allocations (1 = the latest); 0 and a literal address (distance to the
- *     previous literal) for objects born in an earlier block;
+ *     coded as its depth; else one of the last 32 blocks of any size freed
+ *     in the block (split or merged by the allocator), coded by its rank;
+ *     else the signed distance to the previous address allocated by the
+ *     same thread (else by any thread);
+ *   - FREE: the object it frees, by its position among the block's live
+ *     allocations (a list in birth order, from which a free moves the last
+ *     entry into the freed one's place: O(1) both ways), counted from the
+ *     end; 0 and a literal address (distance to the previous literal) for
+ *     objects born in an earlier block;
  *   - threads as XOR with the previous allocation's thread.
  * Numbers are stored as byte planes (all low bytes, then all second bytes,
  * ...: a column loop each way), then every stream is compressed alone with
@@ -52,6 +56,8 @@ typedef struct model {
     uint64_t size_tab[MLZ_SPLIT_SIZE_SLOTS];
     uint8_t  size_ok[MLZ_SPLIT_SIZE_SLOTS];
     reuse_slot reuse[MLZ_SPLIT_REUSE_SLOTS];
+    uint64_t ring[MLZ_SPLIT_RING];            /* freed addresses, any size */
+    uint32_t ring_head, ring_count;
     uint32_t th_tag[MLZ_SPLIT_THREAD_SLOTS];  /* thread + 1; 0 = empty */
     uint64_t th_addr[MLZ_SPLIT_THREAD_SLOTS];
     uint64_t prev_addr, prev_free_lit;
@@ -77,13 +83,15 @@ struct mlz_split_codec {
     live_ent *live; uint32_t gen;
     uint32_t *free_idx;        /* encoder: the allocation each FREE names, or LIVE_DEAD */
     size_t free_idx_cap;
+    uint32_t *live_list, *live_pos;   /* the block's live allocations (see FREE) */
+    size_t live_list_cap, live_pos_cap;
     lits scratch[5];           /* literal columns on their way in or out */
 };
 
 static inline uint64_t zz(uint64_t d) { return (d << 1) ^ (uint64_t)((int64_t)d >> 63); }
 static inline uint64_t unzz(uint64_t z) { return (z >> 1) ^ (0 - (z & 1)); }
-static inline unsigned size_slot(uint64_t s) { return (unsigned)((s * 0x9E3779B97F4A7C15ull) >> 57); }
-static inline unsigned reuse_slot_of(uint64_t s) { return (unsigned)((s * 0xC2B2AE3D27D4EB4Full) >> 56); }
+static inline unsigned size_slot(uint64_t s) { return (unsigned)(s % MLZ_SPLIT_SIZE_SLOTS); }
+static inline unsigned reuse_slot_of(uint64_t s) { return (unsigned)((s * 0xC2B2AE3D27D4EB4Full) >> 52); }
 
 static int grow(void **p, size_t *cap, size_t need, size_t elem)
 {
@@ -142,6 +150,8 @@ void mlz_split_free(mlz_split_codec *c)
     free(c->out);
     free(c->live);
     free(c->free_idx);
+    free(c->live_list);
+    free(c->live_pos);
     for (int i = 0; i < 5; i++) free(c->scratch[i].v);
     free(c);
 }
@@ -168,6 +178,9 @@ static void model_reset(model *m)
 
 static void reuse_push(model *m, uint64_t size, uint64_t addr)
 {
+    m->ring_head = (m->ring_head + 1) % MLZ_SPLIT_RING;
+    m->ring[m->ring_head] = addr;
+    if (m->ring_count < MLZ_SPLIT_RING) m->ring_count++;
     reuse_slot *r = &m->reuse[reuse_slot_of(size)];
     if (r->size != size) { r->size = size; r->count = 0; }
     if (r->count == MLZ_SPLIT_REUSE_DEPTH) {
@@ -175,6 +188,22 @@ static void reuse_push(model *m, uint64_t size, uint64_t addr)
         r->count--;
     }
     r->addr[r->count++] = addr;
+}
+
+/* Rank (1 = latest) of addr among the recently freed blocks of any size; 0 if absent. */
+static uint32_t ring_find(const model *m, uint64_t addr)
+{
+    for (uint32_t j = 0; j < m->ring_count; j++)
+        if (m->ring[(m->ring_head + MLZ_SPLIT_RING - j) % MLZ_SPLIT_RING] == addr) return j + 1;
+    return 0;
+}
+
+static uint32_t reuse_find(const reuse_slot *r, uint64_t size, uint64_t addr)
+{
+    if (r->size == size)
+        for (uint32_t d = 1; d <= r->count; d++)
+            if (r->addr[r->count - d] == addr) return d;
+    return 0;
 }
 
 /* Removes the entry `depth` (1 = top) of the size's LIFO; returns its address. */
@@ -336,7 +365,10 @@ long mlz_split_encode(mlz_split_codec *c, const uint8_t *v1, size_t len, const u
     if (s_need(&S[MLZ_S_SIZE_CODE], k->nalloc) || s_need(&S[MLZ_S_ADDR_CODE], k->nalloc)) return -1;
     model *m = &c->m;
     model_reset(m);
-    uint32_t ai = 0, fi = 0;
+    if (grow((void **)&c->live_list, &c->live_list_cap, k->nalloc + 1, sizeof *c->live_list) ||
+        grow((void **)&c->live_pos, &c->live_pos_cap, k->nalloc + 1, sizeof *c->live_pos))
+        return -1;
+    uint32_t ai = 0, fi = 0, nlive = 0;
     for (uint32_t i = 0; i < k->n; i++) {
         if (k->kind[i] == MLZ_EV_ALLOC) {
             uint64_t size = k->a_size[ai], addr = k->a_addr[ai];
@@ -351,11 +383,12 @@ long mlz_split_encode(mlz_split_codec *c, const uint8_t *v1, size_t len, const u
                 if (lit_add(&size_l, size)) return -1;
             }
             reuse_slot *r = &m->reuse[reuse_slot_of(size)];
-            uint8_t code = 0;
-            if (r->size == size)
-                for (uint32_t d = 1; d <= r->count; d++)
-                    if (r->addr[r->count - d] == addr) { code = (uint8_t)d; reuse_take(r, d); break; }
-            S[MLZ_S_ADDR_CODE].p[S[MLZ_S_ADDR_CODE].len++] = code;
+            uint32_t code = reuse_find(r, size, addr), j;
+            if (code) reuse_take(r, code);
+            else if ((j = ring_find(m, addr))) code = MLZ_SPLIT_REUSE_DEPTH + j;
+            S[MLZ_S_ADDR_CODE].p[S[MLZ_S_ADDR_CODE].len++] = (uint8_t)code;
+            c->live_pos[ai] = nlive;
+            c->live_list[nlive++] = ai;
             if (!code && lit_add(&addr_l, zz(addr - addr_base(m, th)))) return -1;
             addr_seen(m, th, addr);
             if (lit_add(&thr_l, (uint64_t)(th ^ m->prev_thread))) return -1;
@@ -365,7 +398,10 @@ long mlz_split_encode(mlz_split_codec *c, const uint8_t *v1, size_t len, const u
             uint32_t idx = c->free_idx[fi];
             uint64_t addr = k->f_addr[fi++];
             if (idx != LIVE_DEAD) {
-                if (lit_add(&ref_l, ai - idx)) return -1;
+                uint32_t p = c->live_pos[idx];
+                if (lit_add(&ref_l, nlive - p)) return -1;
+                c->live_list[p] = c->live_list[--nlive];
+                c->live_pos[c->live_list[p]] = p;
                 reuse_push(m, k->a_size[idx], addr);
             } else {
                 if (lit_add(&ref_l, 0) || lit_add(&flit_l, zz(addr - m->prev_free_lit))) return -1;
@@ -529,6 +565,8 @@ int mlz_split_decode(mlz_split_codec *c, const uint8_t *payload, size_t len,
     /* The model pass, in event order. */
     model *m = &c->m;
     model_reset(m);
+    if (grow((void **)&c->live_list, &c->live_list_cap, na + 1, sizeof *c->live_list)) BAD("out of memory");
+    uint32_t *live = c->live_list, nlive = 0;
     uint32_t ai = 0, fi = 0, si = 0, li = 0, fli = 0;
     size_t op = 0, raw = 0;
     const uint8_t *oth = S[MLZ_S_OTHER].p, *oend = oth + S[MLZ_S_OTHER].len;
@@ -554,16 +592,22 @@ int mlz_split_decode(mlz_split_codec *c, const uint8_t *payload, size_t len,
             uint64_t addr;
             uint8_t a = ac[ai];
             reuse_slot *r = &m->reuse[reuse_slot_of(size)];
-            if (a) {
-                if (a > MLZ_SPLIT_REUSE_DEPTH || r->size != size || a > r->count)
+            if (a && a <= MLZ_SPLIT_REUSE_DEPTH) {
+                if (r->size != size || a > r->count)
                     BAD("address code %u names no freed block of size %llu", a, (unsigned long long)size);
                 addr = reuse_take(r, a);
+            } else if (a) {
+                uint32_t j = a - MLZ_SPLIT_REUSE_DEPTH;
+                if (j > m->ring_count) BAD("address code %u names no recently freed block", a);
+                addr = m->ring[(m->ring_head + MLZ_SPLIT_RING + 1 - j) % MLZ_SPLIT_RING];
+                if (reuse_find(r, size, addr) || ring_find(m, addr) != j)
+                    BAD("address code %u should have been a smaller code", a);
             } else {
                 addr = addr_base(m, th) + unzz(addr_lit[li++]);
-                if (r->size == size)
-                    for (uint32_t d = 1; d <= r->count; d++)
-                        if (r->addr[r->count - d] == addr) BAD("address literal should have been a reuse code");
+                if (reuse_find(r, size, addr) || ring_find(m, addr))
+                    BAD("address literal should have been a reuse code");
             }
+            live[nlive++] = ai;
             addr_seen(m, th, addr);
             k->a_size[ai] = size;
             k->a_addr[ai] = addr;
@@ -573,9 +617,11 @@ int mlz_split_decode(mlz_split_codec *c, const uint8_t *payload, size_t len,
         } else if (t == MLZ_EV_FREE) {
             uint64_t ref = refs[fi], addr;
             if (ref) {
-                if (ref > ai) BAD("FREE names allocation %llu back of %u", (unsigned long long)ref, ai);
-                addr = k->a_addr[ai - ref];
-                reuse_push(m, k->a_size[ai - ref], addr);
+                if (ref > nlive) BAD("FREE names live object %llu from the end of %u", (unsigned long long)ref, nlive);
+                uint32_t p = nlive - (uint32_t)ref, idx = live[p];
+                live[p] = live[--nlive];
+                addr = k->a_addr[idx];
+                reuse_push(m, k->a_size[idx], addr);
             } else {
                 addr = m->prev_free_lit + unzz(flits[fli++]);
                 m->prev_free_lit = addr;

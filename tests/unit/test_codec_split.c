@@ -155,14 +155,20 @@ static void test_address_reuse_and_size_table(void)
     CHECK(sc[0] == 0 && sc[1] != 0 && sc[1] == sc[2] && sc[5] == 0);
     stream(c, MLZ_S_SIZE_LIT, &l);
     CHECK_EQ_U64(l, 1 + 2 * 1);                            /* two literals (48, 64), one byte each */
-    /* A reused address of another size is not a reuse hit. */
+    /* Frees name live objects from the end of the live list: 0x1000 is
+     * second from the end (2), then 0x2000 is the last (1). */
+    const uint8_t *ref = stream(c, MLZ_S_FREE_REF, &l);
+    CHECK_EQ_U64(col_at(ref, l, 2, 0), 2);
+    CHECK_EQ_U64(col_at(ref, l, 2, 1), 1);
+    /* A reused address of another size is found among the recently freed
+     * blocks of any size (rank 1), not in the size's LIFO. */
     v1buf w = { .n = 0 };
     v1_alloc(&w, 0, 0x1000, 48, 0, 1);
     v1_free(&w, 0, 0x1000);
     v1_alloc(&w, 0, 0x1000, 32, 0, 1);
     CHECK(roundtrip(c, &w) == 0);
     ac = stream(c, MLZ_S_ADDR_CODE, &l);
-    CHECK(l == 2 && ac[1] == 0);
+    CHECK(l == 2 && ac[1] == MLZ_SPLIT_REUSE_DEPTH + 1);
     mlz_split_free(c);
 }
 
