@@ -146,6 +146,7 @@ bench: all
 	bench/bench_payload.sh
 	bench/bench_snapshot.sh
 	bench/bench_attach.sh
+	bench/bench_trace_size.sh
 
 deps:
 	@tests/install-deps.sh

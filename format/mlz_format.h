@@ -213,6 +213,25 @@ const mlz_header *mlz_reader_header(const mlz_reader *r);
 const mlz_meta   *mlz_reader_meta(const mlz_reader *r);
 /* 1: *ev filled; 0: clean end of stream; -1: *err filled. */
 int  mlz_reader_next(mlz_reader *r, mlz_event *ev, mlz_error *err);
+/* Split-stream files only: the next whole block as columns, without
+ * going through events one by one (the fast path for analyses). ALLOC
+ * fields are indexed by allocation, FREE addresses by free, in stream
+ * order; GC/MARKER/extension events are counted in n but not described.
+ * Checks what mlz_reader_next checks (rule 4 for stack ids included).
+ * Must not be mixed with mlz_reader_next. 1: *b filled (valid until the
+ * next call); 0: clean end; -1: *err filled. */
+typedef struct mlz_block_view {
+    uint32_t n, nalloc, nfree;
+    uint64_t first_event;       /* index of the block's first event */
+    uint64_t base_us;           /* time the block's first delta adds to */
+    const uint8_t  *kind;       /* [n] */
+    const uint64_t *delta;      /* [n] */
+    const uint64_t *a_addr, *a_size, *a_stack;   /* [nalloc] */
+    const uint16_t *a_thread;   /* [nalloc] */
+    const uint64_t *f_addr;     /* [nfree] */
+} mlz_block_view;
+int  mlz_reader_next_block(mlz_reader *r, mlz_block_view *b, mlz_error *err);
+
 /* For LZ4 files: 1 when the next event starts a new block (dump shows it). */
 int  mlz_reader_at_block_start(const mlz_reader *r);
 /* Positions the reader at the block holding the first event at or after t_us

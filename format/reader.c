@@ -451,8 +451,9 @@ static int load_block(mlz_reader *r, mlz_error *err)
 #define SPLIT_PAYLOAD_MAX (MLZ_SPLIT_NSTREAMS * 8 + 3 * MLZ_SPLIT_MAX_EVENTS + \
                            7 * (1 + 8 * MLZ_SPLIT_MAX_EVENTS) + MLZ_SPLIT_MAX_RAW)
 
-/* SPLIT mode: loads, checks and decodes the next block into v1 bytes. */
-static int load_split_block(mlz_reader *r, mlz_error *err)
+/* SPLIT mode: loads, checks and decodes the next block into columns and,
+ * unless cols_only, into v1 bytes. */
+static int load_split_block_cols(mlz_reader *r, mlz_error *err, int cols_only)
 {
     if (r->next_off >= r->stream_end) return 0;
     uint64_t off = r->next_off;
@@ -483,12 +484,17 @@ static int load_split_block(mlz_reader *r, mlz_error *err)
     if (c->raw_len != rsize)
         return seterr(err, MLZ_RULE_SIZE, off, "block decodes to %llu v1 bytes, its header says %u",
                       (unsigned long long)c->raw_len, rsize);
-    mlz_split_to_v1(c, r->buf);
+    if (!cols_only) mlz_split_to_v1(c, r->buf);
     r->block_off = off;
     r->next_off = off + sizeof bh + plen;
     r->buf_len = rsize;
     r->buf_pos = 0;
     return 1;
+}
+
+static int load_split_block(mlz_reader *r, mlz_error *err)
+{
+    return load_split_block_cols(r, err, 0);
 }
 
 static int end_of_stream(mlz_reader *r, mlz_error *err)
@@ -578,4 +584,76 @@ int mlz_reader_seek_time(mlz_reader *r, uint64_t t_us, mlz_error *err)
             return 0;
         }
     }
+}
+
+/* Rule 4 over a column of stack ids; consecutive repeats are checked once. */
+static int check_stacks(mlz_reader *r, const mlz_split_cols *c, mlz_error *err)
+{
+    uint64_t last = UINT64_MAX;
+    int last_ok = 0;
+    for (uint32_t i = 0; i < c->nalloc; i++) {
+        uint64_t id = c->a_stack[i];
+        if (id == last && last_ok) continue;
+        last = id;
+        last_ok = r->spool ? seen_has(r, id) : mlz_meta_stack(&r->meta, id) != NULL;
+        if (!last_ok)
+            return seterr(err, MLZ_RULE_REFERENCE, r->block_off, "ALLOC names stack %llu, which is not in %s",
+                          (unsigned long long)id, r->spool ? "a preceding STACK_RAW event" : "stack_traces");
+    }
+    return 0;
+}
+
+int mlz_reader_next_block(mlz_reader *r, mlz_block_view *b, mlz_error *err)
+{
+    if (!r->split) return seterr(err, MLZ_RULE_IO, 0, "not a split-stream file");
+    if (r->done) return 0;
+    int k = load_split_block_cols(r, err, 1);
+    if (k < 0) return -1;
+    if (k == 0) return end_of_stream(r, err);
+    const mlz_split_cols *c = mlz_split_columns(r->split);
+    if (check_stacks(r, c, err)) return -1;
+    /* Extension events in a split stream are checked as mlz_reader_next would. */
+    if (c->n != c->nalloc + c->nfree) {
+        const uint8_t *p = c->other, *end = c->other + c->other_len;
+        for (uint32_t i = 0; i < c->n; i++) {
+            int t = c->kind[i];
+            if (t == MLZ_EV_ALLOC || t == MLZ_EV_FREE) continue;
+            uint8_t tmp[1 + MLZ_VARINT_MAX + MLZ_EVENT_MAX];
+            mlz_event ev;
+            size_t tl = 0;
+            /* Re-frame the event (type, delta 0, tail) and parse it. */
+            tmp[0] = (uint8_t)t;
+            tmp[1] = 0;
+            const uint8_t *q = p;
+            uint64_t v = 0;
+            size_t u = 0;
+            for (int f = 0; f < (t == MLZ_EV_GC ? 2 : 1); f++) {
+                if (mlz_varint_get(q, end, &v, &u)) return seterr(err, MLZ_RULE_SIZE, r->block_off, "bad other-events stream");
+                q += u;
+            }
+            if (t >= MLZ_EV_EXT_FIRST) q += v;
+            tl = (size_t)(q - p);
+            memcpy(tmp + 2, p, tl);
+            if (parse_event(r, tmp, tmp + 2 + tl, r->block_off, &ev, err) < 0) return -1;
+            p = q;
+        }
+    }
+    b->n = c->n;
+    b->nalloc = c->nalloc;
+    b->nfree = c->nfree;
+    b->first_event = r->events;
+    b->base_us = r->time_us;
+    b->kind = c->kind;
+    b->delta = c->delta;
+    b->a_addr = c->a_addr;
+    b->a_size = c->a_size;
+    b->a_stack = c->a_stack;
+    b->a_thread = c->a_thread;
+    b->f_addr = c->f_addr;
+    uint64_t t = r->time_us;
+    for (uint32_t i = 0; i < c->n; i++) t += c->delta[i];
+    r->time_us = t;
+    r->events += c->n;
+    r->buf_len = r->buf_pos = 0;
+    return 1;
 }

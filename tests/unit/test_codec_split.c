@@ -352,6 +352,51 @@ static void test_seek_by_time(void)
     mlz_reader_close(all);
 }
 
+/* Whole blocks as columns give the same events as reading one by one. */
+static void test_block_columns_match_events(void)
+{
+    write_sample(path_of("b.split"), MLZ_FLAG_SPLIT, 250000, 0);
+    mlz_error e;
+    mlz_reader *ev_r = mlz_reader_open(path_of("b.split"), MLZ_READ_NO_INDEX, &e);
+    mlz_reader *bl_r = mlz_reader_open(path_of("b.split"), MLZ_READ_NO_INDEX, &e);
+    REQUIRE(ev_r && bl_r);
+    mlz_block_view b;
+    mlz_event ev;
+    uint64_t n = 0, blocks = 0, mismatches = 0;
+    int rc;
+    while ((rc = mlz_reader_next_block(bl_r, &b, &e)) == 1) {
+        blocks++;
+        uint64_t t = b.base_us;
+        uint32_t ai = 0, fi = 0;
+        for (uint32_t i = 0; i < b.n; i++) {
+            if (mlz_reader_next(ev_r, &ev, &e) != 1) { mismatches++; break; }
+            t += b.delta[i];
+            n++;
+            if (ev.type != b.kind[i] || ev.time_us != t) mismatches++;
+            if (b.kind[i] == MLZ_EV_ALLOC) {
+                if (ev.addr != b.a_addr[ai] || ev.size != b.a_size[ai] || ev.stack_id != b.a_stack[ai] ||
+                    ev.thread != b.a_thread[ai]) mismatches++;
+                ai++;
+            } else if (b.kind[i] == MLZ_EV_FREE) {
+                if (ev.addr != b.f_addr[fi++]) mismatches++;
+            }
+        }
+    }
+    CHECK(rc == 0);
+    CHECK(blocks >= 2);
+    CHECK_EQ_U64(mismatches, 0);
+    CHECK(mlz_reader_next(ev_r, &ev, &e) == 0);
+    CHECK_EQ_U64(n, 250000);
+    mlz_reader_close(ev_r);
+    mlz_reader_close(bl_r);
+    /* Not a split file: refused. */
+    write_sample(path_of("b.v1"), 0, 10, 0);
+    mlz_reader *v = mlz_reader_open(path_of("b.v1"), 0, &e);
+    REQUIRE(v);
+    CHECK(mlz_reader_next_block(v, &b, &e) == -1);
+    mlz_reader_close(v);
+}
+
 /* Reads a whole file from memory: 0 clean, -1 error (rule and offset set). */
 static int read_all(const uint8_t *b, size_t n, mlz_error *e)
 {
@@ -415,6 +460,7 @@ int main(int argc, char **argv)
     RUN(test_random_blocks_roundtrip);
     RUN(test_v1_split_v1_identical);
     RUN(test_seek_by_time);
+    RUN(test_block_columns_match_events);
     RUN(test_every_truncation_and_bit_flip);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
