@@ -46,6 +46,8 @@ struct mlz_reader {
     uint8_t *zbuf;
     size_t zbuf_cap;
     mlz_split_codec *split;   /* SPLIT mode's decoder */
+    uint32_t sp_i, sp_n, sp_a, sp_f;  /* SPLIT: next event, events, ALLOC and FREE cursors */
+    size_t sp_o;              /* SPLIT: offset in the other-events stream */
     int block_start;          /* the event just returned opened its block */
 
     uint64_t time_us, events;
@@ -451,9 +453,8 @@ static int load_block(mlz_reader *r, mlz_error *err)
 #define SPLIT_PAYLOAD_MAX (MLZ_SPLIT_NSTREAMS * 8 + 3 * MLZ_SPLIT_MAX_EVENTS + \
                            7 * (1 + 8 * MLZ_SPLIT_MAX_EVENTS) + MLZ_SPLIT_MAX_RAW)
 
-/* SPLIT mode: loads, checks and decodes the next block into columns and,
- * unless cols_only, into v1 bytes. */
-static int load_split_block_cols(mlz_reader *r, mlz_error *err, int cols_only)
+/* SPLIT mode: loads, checks and decodes the next block into columns. */
+static int load_split_block(mlz_reader *r, mlz_error *err)
 {
     if (r->next_off >= r->stream_end) return 0;
     uint64_t off = r->next_off;
@@ -484,17 +485,11 @@ static int load_split_block_cols(mlz_reader *r, mlz_error *err, int cols_only)
     if (c->raw_len != rsize)
         return seterr(err, MLZ_RULE_SIZE, off, "block decodes to %llu v1 bytes, its header says %u",
                       (unsigned long long)c->raw_len, rsize);
-    if (!cols_only) mlz_split_to_v1(c, r->buf);
     r->block_off = off;
     r->next_off = off + sizeof bh + plen;
     r->buf_len = rsize;
     r->buf_pos = 0;
     return 1;
-}
-
-static int load_split_block(mlz_reader *r, mlz_error *err)
-{
-    return load_split_block_cols(r, err, 0);
 }
 
 static int end_of_stream(mlz_reader *r, mlz_error *err)
@@ -506,13 +501,88 @@ static int end_of_stream(mlz_reader *r, mlz_error *err)
     return 0;
 }
 
+static int check_stacks(mlz_reader *r, const mlz_split_cols *c, mlz_error *err);
+
+/* SPLIT mode: the GC, MARKER or extension event of type t whose v1 bytes
+ * after the delta come next in the other-events stream, re-framed as v1
+ * bytes in buf and parsed there (the usual checks). 0 or -1. */
+static int split_other_event(mlz_reader *r, int t, uint64_t d, mlz_event *ev, mlz_error *err)
+{
+    const mlz_split_cols *c = mlz_split_columns(r->split);
+    const uint8_t *p = c->other + r->sp_o, *end = c->other + c->other_len, *q = p;
+    uint64_t v = 0;
+    size_t u = 0;
+    for (int f = 0; f < (t == MLZ_EV_GC ? 2 : 1); f++) {
+        if (mlz_varint_get(q, end, &v, &u)) return seterr(err, MLZ_RULE_SIZE, r->block_off, "bad other-events stream");
+        q += u;
+    }
+    if (t >= MLZ_EV_EXT_FIRST) q += v;
+    size_t tl = (size_t)(q - p), n = 1;
+    r->buf[0] = (uint8_t)t;
+    n += mlz_varint_put(r->buf + 1, d);
+    memcpy(r->buf + n, p, tl);
+    int k = parse_event(r, r->buf, r->buf + n + tl, r->block_off, ev, err);
+    if (k < 0) return -1;
+    if (k != (int)(n + tl)) return seterr(err, MLZ_RULE_SIZE, r->block_off, "bad other-events stream");
+    ev->enc_len = (uint32_t)k;
+    r->sp_o += tl;
+    return 0;
+}
+
+/* SPLIT mode: hands out the events of the decoded block's columns (no v1
+ * bytes in between). Extension, GC and MARKER events are re-framed as v1
+ * bytes in buf and parsed there, so they get the usual checks. */
+static int next_split_event(mlz_reader *r, mlz_event *ev, mlz_error *err)
+{
+    if (r->done) return 0;
+    const mlz_split_cols *c = mlz_split_columns(r->split);
+    r->block_start = 0;
+    if (r->sp_i == r->sp_n) {
+        int k = load_split_block(r, err);
+        if (k < 0) return -1;
+        if (k == 0) return end_of_stream(r, err);
+        if (check_stacks(r, c, err)) return -1;
+        r->sp_i = r->sp_a = r->sp_f = 0;
+        r->sp_o = 0;
+        r->sp_n = c->n;
+        r->block_start = 1;
+    }
+    uint32_t i = r->sp_i++;
+    int t = c->kind[i];
+    uint64_t d = c->delta[i];
+    if (t == MLZ_EV_ALLOC) {
+        uint32_t a = r->sp_a++;
+        memset(ev, 0, sizeof *ev);
+        ev->addr = c->a_addr[a];
+        ev->size = c->a_size[a];
+        ev->stack_id = c->a_stack[a];
+        ev->thread = c->a_thread[a];
+        ev->enc_len = (uint32_t)(1 + mlz_varint_len(d) + 8 + mlz_varint_len(ev->size) +
+                                 mlz_varint_len(ev->stack_id) + 2);
+    } else if (t == MLZ_EV_FREE) {
+        memset(ev, 0, sizeof *ev);
+        ev->addr = c->f_addr[r->sp_f++];
+        ev->enc_len = (uint32_t)(1 + mlz_varint_len(d) + 8);
+    } else if (split_other_event(r, t, d, ev, err)) {
+        return -1;
+    }
+    ev->type = t;
+    ev->delta_us = d;
+    ev->offset = r->block_off;
+    r->time_us += d;
+    ev->time_us = r->time_us;
+    r->events++;
+    return 1;
+}
+
 static int next_event(mlz_reader *r, mlz_event *ev, mlz_error *err)
 {
+    if (r->split) return next_split_event(r, ev, err);
     if (r->done) return 0;
     int lz4 = (r->h.flags & MLZ_FLAGS_BLOCKS) != 0;
     for (;;) {
         if (lz4 && r->buf_pos == r->buf_len) {
-            int b = r->split ? load_split_block(r, err) : load_block(r, err);
+            int b = load_block(r, err);
             if (b < 0) return -1;
             if (b == 0) return end_of_stream(r, err);
         }
@@ -570,6 +640,7 @@ int mlz_reader_seek_time(mlz_reader *r, uint64_t t_us, mlz_error *err)
     const mlz_index_entry *e = &r->idx[lo];
     r->next_off = e->file_offset;
     r->buf_len = r->buf_pos = 0;
+    r->sp_i = r->sp_n = 0;
     r->time_us = e->base_us;
     r->events = e->first_event;
     r->done = 0;
@@ -607,36 +678,19 @@ int mlz_reader_next_block(mlz_reader *r, mlz_block_view *b, mlz_error *err)
 {
     if (!r->split) return seterr(err, MLZ_RULE_IO, 0, "not a split-stream file");
     if (r->done) return 0;
-    int k = load_split_block_cols(r, err, 1);
+    int k = load_split_block(r, err);
     if (k < 0) return -1;
     if (k == 0) return end_of_stream(r, err);
     const mlz_split_cols *c = mlz_split_columns(r->split);
     if (check_stacks(r, c, err)) return -1;
-    /* Extension events in a split stream are checked as mlz_reader_next would. */
+    /* GC, MARKER and extension events get the checks mlz_reader_next gives. */
+    r->sp_o = 0;
     if (c->n != c->nalloc + c->nfree) {
-        const uint8_t *p = c->other, *end = c->other + c->other_len;
-        for (uint32_t i = 0; i < c->n; i++) {
-            int t = c->kind[i];
-            if (t == MLZ_EV_ALLOC || t == MLZ_EV_FREE) continue;
-            uint8_t tmp[1 + MLZ_VARINT_MAX + MLZ_EVENT_MAX];
-            mlz_event ev;
-            size_t tl = 0;
-            /* Re-frame the event (type, delta 0, tail) and parse it. */
-            tmp[0] = (uint8_t)t;
-            tmp[1] = 0;
-            const uint8_t *q = p;
-            uint64_t v = 0;
-            size_t u = 0;
-            for (int f = 0; f < (t == MLZ_EV_GC ? 2 : 1); f++) {
-                if (mlz_varint_get(q, end, &v, &u)) return seterr(err, MLZ_RULE_SIZE, r->block_off, "bad other-events stream");
-                q += u;
-            }
-            if (t >= MLZ_EV_EXT_FIRST) q += v;
-            tl = (size_t)(q - p);
-            memcpy(tmp + 2, p, tl);
-            if (parse_event(r, tmp, tmp + 2 + tl, r->block_off, &ev, err) < 0) return -1;
-            p = q;
-        }
+        mlz_event ev;
+        for (uint32_t i = 0; i < c->n; i++)
+            if (c->kind[i] != MLZ_EV_ALLOC && c->kind[i] != MLZ_EV_FREE &&
+                split_other_event(r, c->kind[i], c->delta[i], &ev, err))
+                return -1;
     }
     b->n = c->n;
     b->nalloc = c->nalloc;
@@ -654,6 +708,6 @@ int mlz_reader_next_block(mlz_reader *r, mlz_block_view *b, mlz_error *err)
     for (uint32_t i = 0; i < c->n; i++) t += c->delta[i];
     r->time_us = t;
     r->events += c->n;
-    r->buf_len = r->buf_pos = 0;
+    r->sp_i = r->sp_n = 0;
     return 1;
 }
