@@ -573,7 +573,6 @@ int mlz_split_decode(mlz_split_codec *c, const uint8_t *payload, size_t len,
     uint16_t prev_th = 0;
     for (uint32_t i = 0; i < n; i++) {
         uint8_t t = kind[i];
-        raw += 1 + mlz_varint_len(k->delta[i]);
         if (t == MLZ_EV_ALLOC) {
             uint64_t size;
             uint8_t s = sc[ai];
@@ -611,7 +610,6 @@ int mlz_split_decode(mlz_split_codec *c, const uint8_t *payload, size_t len,
             k->a_size[ai] = size;
             k->a_addr[ai] = addr;
             k->a_thread[ai] = th;
-            raw += 8 + mlz_varint_len(size) + mlz_varint_len(k->a_stack[ai]) + 2;
             ai++;
         } else if (t == MLZ_EV_FREE) {
             uint64_t ref = refs[fi], addr;
@@ -626,14 +624,16 @@ int mlz_split_decode(mlz_split_codec *c, const uint8_t *payload, size_t len,
                 m->prev_free_lit = addr;
             }
             k->f_addr[fi++] = addr;
-            raw += 8;
         } else {
             size_t tl = other_tail(t, oth + op, oend);
             if (!tl) BAD("malformed or missing fields for event %u (type %d)", i, t);
             op += tl;
-            raw += tl;
         }
     }
+    /* The v1 length, column by column. */
+    raw = (size_t)n + 10 * (size_t)na + 8 * (size_t)nf + op;   /* type bytes, fixed fields, tails */
+    for (uint32_t i = 0; i < n; i++) raw += mlz_varint_len(k->delta[i]);
+    for (uint32_t i = 0; i < na; i++) raw += mlz_varint_len(k->a_size[i]) + mlz_varint_len(k->a_stack[i]);
     if (op != S[MLZ_S_OTHER].len) BAD("%zu unused bytes in the other-events stream", S[MLZ_S_OTHER].len - op);
     if (raw > MLZ_SPLIT_MAX_RAW) BAD("block decodes to %zu bytes, over the %u limit", raw, MLZ_SPLIT_MAX_RAW);
     if (grow((void **)&k->other, &k->other_cap, op ? op : 1, 1)) BAD("out of memory");
