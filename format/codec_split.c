@@ -91,7 +91,7 @@ struct mlz_split_codec {
 static inline uint64_t zz(uint64_t d) { return (d << 1) ^ (uint64_t)((int64_t)d >> 63); }
 static inline uint64_t unzz(uint64_t z) { return (z >> 1) ^ (0 - (z & 1)); }
 static inline unsigned size_slot(uint64_t s) { return (unsigned)(s % MLZ_SPLIT_SIZE_SLOTS); }
-static inline unsigned reuse_slot_of(uint64_t s) { return (unsigned)((s * 0xC2B2AE3D27D4EB4Full) >> 52); }
+static inline unsigned reuse_slot_of(uint64_t s) { return (unsigned)((s * 0xC2B2AE3D27D4EB4Full) >> 54); }
 
 static int grow(void **p, size_t *cap, size_t need, size_t elem)
 {

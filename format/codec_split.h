@@ -25,7 +25,7 @@
 #define MLZ_SPLIT_HEADER      16          /* payload len, events, raw len, crc32 */
 #define MLZ_SPLIT_NSTREAMS    11
 #define MLZ_SPLIT_SIZE_SLOTS  251         /* recent-size table (slot = size mod 251) */
-#define MLZ_SPLIT_REUSE_SLOTS 4096        /* freed blocks, by size */
+#define MLZ_SPLIT_REUSE_SLOTS 1024        /* freed blocks, by size */
 #define MLZ_SPLIT_REUSE_DEPTH 8
 #define MLZ_SPLIT_RING        32          /* freed blocks of any size, latest first */
 #define MLZ_SPLIT_THREAD_SLOTS 16         /* previous address per thread */
