@@ -72,6 +72,9 @@ for w in churn redis; do
     row ".mlyze v1 raw" "$T/$w.v1" "$n"
     row ".mlyze v1 LZ4 blocks (-z)" "$T/$w.lz4" "$n"
     row ".mlyze split-stream (default)" "$T/$w.split" "$n"
+    meta=$("$M" dump "$T/$w.split" 2>/dev/null | head -2 | tail -1 | sed 's/.*stream_len=\([0-9]*\).*/\1/')
+    printf '    (its event stream alone: %.2f bytes/event; the rest is the symbolized metadata)\n' \
+        "$(echo "$meta / $n" | bc -l)"
     ht=$(heaptrack_file "$w.ht")
     if [ -n "$ht" ]; then
         row "heaptrack's file ($(basename "$ht" | sed 's/.*\.//'))" "$ht" "$n"

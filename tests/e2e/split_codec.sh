@@ -4,7 +4,7 @@
 # (v1 -> split -> v1 byte-identical), seek by time through the index, and
 # damaged files rejected with a rule and an offset.
 . "$(dirname "$0")/lib.sh"
-flags() { "$MEMLYZE" dump "$1" | sed -n 2p | sed 's/.*flags=\(0x[0-9a-f]*\).*/\1/'; }
+flags() { "$MEMLYZE" dump "$1" 2>/dev/null | head -2 | tail -1 | sed 's/.*flags=\(0x[0-9a-f]*\).*/\1/'; }
 
 cc -O2 -o "$T/churn" "$ROOT/bench/workloads/churn.c" -lpthread || fail "build churn"
 "$MEMLYZE" run -r 1 -o "$T/d.mlyze" -- "$T/churn" threads 1 200000 >/dev/null 2>&1
