@@ -42,6 +42,8 @@ size=$(stat -c %s "$T/d.mlyze")
 head -c $((size - 7)) "$T/d.mlyze" > "$T/cut.mlyze"
 out=$("$MEMLYZE" validate "$T/cut.mlyze" 2>&1)
 check "truncated split file rejected with rule and offset" bash -c "echo '$out' | grep -q 'rule 7 (size) at byte [0-9]'"
+check "convert of a damaged file fails and leaves no output" bash -c \
+    "! '$MEMLYZE' convert --format v1 -o '$T/cut.v1' '$T/cut.mlyze' 2>/dev/null && ! ls '$T'/cut.v1* 2>/dev/null"
 cp "$T/d.mlyze" "$T/flip.mlyze"
 printf '\x55' | dd of="$T/flip.mlyze" bs=1 seek=$((size - 100)) conv=notrunc 2>/dev/null
 out=$("$MEMLYZE" validate "$T/flip.mlyze" 2>&1)
