@@ -397,16 +397,23 @@ static void test_block_columns_match_events(void)
     mlz_reader_close(v);
 }
 
-/* Reads a whole file from memory: 0 clean, -1 error (rule and offset set). */
+/* Reads a whole file from memory, event by event and then (what memlyze
+ * validate does) block by block: 0 if both end cleanly, -1 if both report
+ * an error (rule and offset of the block path in *e), 1 if they disagree. */
 static int read_all(const uint8_t *b, size_t n, mlz_error *e)
 {
+    int rc1, rc2;
     mlz_reader *r = mlz_reader_open_mem(b, n, 0, e);
     if (!r) return -1;
     mlz_event ev;
-    int rc;
-    while ((rc = mlz_reader_next(r, &ev, e)) == 1) {}
+    while ((rc1 = mlz_reader_next(r, &ev, e)) == 1) {}
     mlz_reader_close(r);
-    return rc;
+    r = mlz_reader_open_mem(b, n, 0, e);
+    if (!r) return 1;
+    mlz_block_view bv;
+    while ((rc2 = mlz_reader_next_block(r, &bv, e)) == 1) {}
+    mlz_reader_close(r);
+    return rc1 == rc2 ? rc1 : 1;
 }
 
 static void test_every_truncation_and_bit_flip(void)
