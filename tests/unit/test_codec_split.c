@@ -418,8 +418,8 @@ static int read_all(const uint8_t *b, size_t n, mlz_error *e)
 
 static void test_every_truncation_and_bit_flip(void)
 {
-    /* Small blocks (600 events each) so that several blocks are tested. */
-    write_sample(path_of("f.split"), MLZ_FLAG_SPLIT, 3000, 600);
+    /* Small blocks (300 events each) so that several blocks are tested. */
+    write_sample(path_of("f.split"), MLZ_FLAG_SPLIT, 1500, 300);
     size_t n;
     uint8_t *b = slurp(path_of("f.split"), &n);
     REQUIRE(b);
