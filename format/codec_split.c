@@ -456,10 +456,24 @@ static int get_num_col(const stream *s, uint32_t n, uint64_t *restrict v, unsign
     if (s->len < 1) return -1;
     unsigned w = s->p[0];
     if (w > maxw || s->len != 1 + (size_t)w * n || (n == 0 && w)) return -1;
-    memset(v, 0, (size_t)n * sizeof *v);
-    for (unsigned b = 0; b < w; b++) {   /* one plane at a time: vectorised */
-        const uint8_t *restrict p = s->p + 1 + (size_t)b * n;
-        for (uint32_t i = 0; i < n; i++) v[i] |= (uint64_t)p[i] << (8 * b);
+    const uint8_t *restrict p = s->p + 1;
+    /* One pass for the common widths (each a simple, vectorisable loop),
+     * plane by plane for the rest. */
+    if (w == 0) {
+        memset(v, 0, (size_t)n * sizeof *v);
+    } else if (w == 1) {
+        for (uint32_t i = 0; i < n; i++) v[i] = p[i];
+    } else if (w == 2) {
+        for (uint32_t i = 0; i < n; i++) v[i] = p[i] | (uint64_t)p[n + i] << 8;
+    } else if (w == 3) {
+        for (uint32_t i = 0; i < n; i++)
+            v[i] = p[i] | (uint64_t)p[n + i] << 8 | (uint64_t)p[2 * (size_t)n + i] << 16;
+    } else {
+        for (uint32_t i = 0; i < n; i++) v[i] = p[i];
+        for (unsigned b = 1; b < w; b++) {
+            const uint8_t *restrict q = p + (size_t)b * n;
+            for (uint32_t i = 0; i < n; i++) v[i] |= (uint64_t)q[i] << (8 * b);
+        }
     }
     if (w) {   /* minimal width: the top plane is not all zero */
         const uint8_t *top = s->p + 1 + (size_t)(w - 1) * n;
