@@ -211,7 +211,7 @@ static uint64_t reuse_take(reuse_slot *r, uint32_t depth)
 {
     uint32_t j = r->count - depth;
     uint64_t a = r->addr[j];
-    memmove(r->addr + j, r->addr + j + 1, (r->count - j - 1) * sizeof r->addr[0]);
+    for (uint32_t i = j + 1; i < r->count; i++) r->addr[i - 1] = r->addr[i];   /* depth 1: none */
     r->count--;
     return a;
 }
