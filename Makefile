@@ -30,7 +30,10 @@ CFLAGS  += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=
 LDFLAGS += -fsanitize=$(SANITIZE)
 endif
 
-SYSLIBS := -ljansson -llz4 -ldw -lelf -lcapstone -lz -lzstd -lstdc++ -lpthread -lm -ldl
+# libzstd and zlib are referenced only weakly (format/codec_split.c, so the payload
+# need not have them): --no-as-needed keeps the linker from dropping them.
+ZSTDLIB := -Wl,--push-state,--no-as-needed -lzstd -lz -Wl,--pop-state
+SYSLIBS := -ljansson -llz4 $(ZSTDLIB) -ldw -lelf -lcapstone -lz -lstdc++ -lpthread -lm -ldl
 # memlyze watch draws with ncurses; memlyze serve answers HTTP with libmicrohttpd.
 SYSLIBS  += -lncursesw -lmicrohttpd
 
@@ -64,6 +67,9 @@ all: $(MEMLYZE) $(O)/bin/memlyze-snapshot $(PAYLOAD) $(ATTACH) $(DETACH) $(UNIT_
 $(O)/%.o: %.c
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -c $< -o $@
+
+# The split-stream decoder's column loops want the vectoriser's full model.
+$(O)/format/codec_split.o: CFLAGS += -O3
 
 $(LIBFORMAT): $(FORMAT_OBJ)
 	@mkdir -p $(@D)
@@ -157,7 +163,7 @@ FUZZ_BIN := build/fuzz/fuzz_reader
 $(FUZZ_BIN): tests/fuzz/fuzz_reader.c $(wildcard format/*.c) $(wildcard format/*.h)
 	@mkdir -p $(@D)
 	clang -std=c11 -g -O1 -D_GNU_SOURCE -Iformat -fsanitize=fuzzer,address,undefined \
-	    -o $@ tests/fuzz/fuzz_reader.c $(wildcard format/*.c) -ljansson -llz4
+	    -o $@ tests/fuzz/fuzz_reader.c $(wildcard format/*.c) -ljansson -llz4 $(ZSTDLIB) -lz
 # The importers (dumpalloc, heaptrack) and the trace builder they fill.
 FUZZ_IMP_BIN := build/fuzz/fuzz_import
 FUZZ_IMP_SRC := reader/dumpalloc_read.c reader/heaptrack_read.c reader/import.c reader/import_trace.c \
@@ -165,7 +171,7 @@ FUZZ_IMP_SRC := reader/dumpalloc_read.c reader/heaptrack_read.c reader/import.c 
 $(FUZZ_IMP_BIN): tests/fuzz/fuzz_import.c $(FUZZ_IMP_SRC) $(wildcard format/*.c) $(wildcard reader/*.h)
 	@mkdir -p $(@D)
 	clang -std=c11 -g -O1 -D_GNU_SOURCE -Iformat -Icore -Ireader -fsanitize=fuzzer,address,undefined \
-	    -o $@ tests/fuzz/fuzz_import.c $(FUZZ_IMP_SRC) $(wildcard format/*.c) -ljansson -llz4 -lzstd -lz
+	    -o $@ tests/fuzz/fuzz_import.c $(FUZZ_IMP_SRC) $(wildcard format/*.c) -ljansson -llz4 $(ZSTDLIB) -lz
 # The .arc reader (heap dumps) has its own target.
 FUZZ_ARC_BIN := build/fuzz/fuzz_arc
 $(FUZZ_ARC_BIN): tests/fuzz/fuzz_arc.c reader/arc_read.c reader/arc.h
@@ -203,6 +209,7 @@ bench: all
 	nice -n 5 bench/bench_heapdump.sh
 	bench/bench_attach.sh
 	bench/compare.sh
+	bench/bench_trace_size.sh
 
 # Long runs, not in CI: thousands of attach/detach cycles, hundreds of kills.
 soak: all

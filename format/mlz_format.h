@@ -29,7 +29,10 @@
 /* Header flags, in reserved bytes 20..23 (zero in a plain v1 file). */
 #define MLZ_FLAG_SEALED    0x1u  /* stream_len/event_count/raw_len are final */
 #define MLZ_FLAG_LZ4       0x2u  /* event stream is a sequence of LZ4 blocks */
-#define MLZ_FLAGS_KNOWN    (MLZ_FLAG_SEALED | MLZ_FLAG_LZ4)
+#define MLZ_FLAG_SPLIT     0x4u  /* event stream is split-stream blocks (codec_split.h) */
+#define MLZ_FLAGS_KNOWN    (MLZ_FLAG_SEALED | MLZ_FLAG_LZ4 | MLZ_FLAG_SPLIT)
+#define MLZ_FLAGS_BLOCKS   (MLZ_FLAG_LZ4 | MLZ_FLAG_SPLIT)
+#define MLZ_SPLIT_LEVEL    19      /* zstd level of the split-stream writer */
 
 enum mlz_event_type {
     MLZ_EV_ALLOC  = 0,
@@ -85,7 +88,9 @@ typedef struct mlz_writer_opts {
     uint64_t    start_us;
     const char *meta;        /* JSON metadata text */
     size_t      meta_len;
-    unsigned    flags;       /* MLZ_FLAG_LZ4 to compress, else raw */
+    unsigned    flags;       /* MLZ_FLAG_LZ4 or MLZ_FLAG_SPLIT to compress, else raw.
+                                SPLIT allocates (tools only), and takes blocks
+                                of up to buf_size (<= 1 MiB) bytes of v1 events */
     int         replace;     /* may the final rename replace an existing file */
     int         plain;       /* leave the header unsealed, as a plain v1 writer
                                 would (undump of such files); raw mode only */
@@ -103,6 +108,7 @@ typedef struct mlz_writer {
     int      err;            /* first errno seen; every later call fails */
     uint8_t *buf, *zbuf;
     size_t   cap, len, zcap;
+    struct mlz_split_codec *split;  /* SPLIT mode's encoder */
     uint64_t start_us, last_us;
     uint64_t events, stream_len, raw_len;
     uint64_t block_base_us, block_first_event, nblocks;
@@ -208,6 +214,25 @@ const mlz_header *mlz_reader_header(const mlz_reader *r);
 const mlz_meta   *mlz_reader_meta(const mlz_reader *r);
 /* 1: *ev filled; 0: clean end of stream; -1: *err filled. */
 int  mlz_reader_next(mlz_reader *r, mlz_event *ev, mlz_error *err);
+/* Split-stream files only: the next whole block as columns, without
+ * going through events one by one (the fast path for analyses). ALLOC
+ * fields are indexed by allocation, FREE addresses by free, in stream
+ * order; GC/MARKER/extension events are counted in n but not described.
+ * Checks what mlz_reader_next checks (rule 4 for stack ids included).
+ * Must not be mixed with mlz_reader_next. 1: *b filled (valid until the
+ * next call); 0: clean end; -1: *err filled. */
+typedef struct mlz_block_view {
+    uint32_t n, nalloc, nfree;
+    uint64_t first_event;       /* index of the block's first event */
+    uint64_t base_us;           /* time the block's first delta adds to */
+    const uint8_t  *kind;       /* [n] */
+    const uint64_t *delta;      /* [n] */
+    const uint64_t *a_addr, *a_size, *a_stack;   /* [nalloc] */
+    const uint16_t *a_thread;   /* [nalloc] */
+    const uint64_t *f_addr;     /* [nfree] */
+} mlz_block_view;
+int  mlz_reader_next_block(mlz_reader *r, mlz_block_view *b, mlz_error *err);
+
 /* For LZ4 files: 1 when the next event starts a new block (dump shows it). */
 int  mlz_reader_at_block_start(const mlz_reader *r);
 /* Positions the reader at the block holding the first event at or after t_us

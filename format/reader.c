@@ -11,6 +11,7 @@
  * checked against the STACK_RAW events seen so far.
  */
 #include "mlz_format.h"
+#include "codec_split.h"
 #include "varint.h"
 
 #include <errno.h>
@@ -43,6 +44,10 @@ struct mlz_reader {
     uint64_t buf_file_off;    /* raw mode: file offset of buf[0] */
     uint64_t block_off;       /* LZ4 mode: file offset of the current block */
     uint8_t *zbuf;
+    size_t zbuf_cap;
+    mlz_split_codec *split;   /* SPLIT mode's decoder */
+    uint32_t sp_i, sp_n, sp_a, sp_f;  /* SPLIT: next event, events, ALLOC and FREE cursors */
+    size_t sp_o;              /* SPLIT: offset in the other-events stream */
     int block_start;          /* the event just returned opened its block */
 
     uint64_t time_us, events;
@@ -120,7 +125,9 @@ int mlz_header_decode(const uint8_t in[MLZ_HEADER_SIZE], mlz_header *h, mlz_erro
         return seterr(err, MLZ_RULE_VERSION, 20, "unknown header flags 0x%x", h->flags);
     if (!(h->flags & MLZ_FLAG_SEALED) && (h->stream_len || h->event_count || h->raw_len))
         return seterr(err, MLZ_RULE_SIZE, 24, "unsealed header carries stream sizes");
-    if ((h->flags & MLZ_FLAG_LZ4) && !(h->flags & MLZ_FLAG_SEALED))
+    if ((h->flags & MLZ_FLAGS_BLOCKS) == MLZ_FLAGS_BLOCKS)
+        return seterr(err, MLZ_RULE_VERSION, 20, "flags LZ4 and SPLIT together");
+    if ((h->flags & MLZ_FLAGS_BLOCKS) && !(h->flags & MLZ_FLAG_SEALED))
         return seterr(err, MLZ_RULE_SIZE, 20, "compressed file was never sealed (writer did not finish)");
     return 0;
 }
@@ -195,7 +202,7 @@ static mlz_reader *open_common(mlz_reader *r, const char *path, mlz_error *err)
                           "file is %llu bytes but header + metadata + events = %llu%s",
                           (unsigned long long)r->file_size, (unsigned long long)want,
                           r->file_size < want ? " (truncated)" : " (trailing bytes)"), NULL;
-        if (!(r->h.flags & MLZ_FLAG_LZ4) && r->h.raw_len != r->h.stream_len)
+        if (!(r->h.flags & MLZ_FLAGS_BLOCKS) && r->h.raw_len != r->h.stream_len)
             return seterr(err, MLZ_RULE_SIZE, 40, "raw length %llu differs from stream length %llu",
                           (unsigned long long)r->h.raw_len, (unsigned long long)r->h.stream_len), NULL;
     }
@@ -213,13 +220,17 @@ static mlz_reader *open_common(mlz_reader *r, const char *path, mlz_error *err)
     if (rc) return NULL;
     r->spool = r->meta.kind && strcmp(r->meta.kind, "spool") == 0;
 
-    r->buf = malloc(RAW_BUF);
+    r->buf = malloc(r->h.flags & MLZ_FLAG_SPLIT ? MLZ_SPLIT_MAX_RAW : RAW_BUF);
     if (!r->buf) return seterr(err, MLZ_RULE_IO, 0, "out of memory"), NULL;
     if (r->h.flags & MLZ_FLAG_LZ4) {
         r->zbuf = malloc(MLZ_LZ4_BOUND + 8);
         if (!r->zbuf) return seterr(err, MLZ_RULE_IO, 0, "out of memory"), NULL;
-        if (path && !(r->flags & MLZ_READ_NO_INDEX)) load_index(r, path);
     }
+    if (r->h.flags & MLZ_FLAG_SPLIT) {
+        r->split = mlz_split_new(MLZ_SPLIT_LEVEL);
+        if (!r->split) return seterr(err, MLZ_RULE_IO, 0, "cannot set up the split-stream decoder (out of memory, or no libzstd)"), NULL;
+    }
+    if ((r->h.flags & MLZ_FLAGS_BLOCKS) && path && !(r->flags & MLZ_READ_NO_INDEX)) load_index(r, path);
     r->next_off = r->data_off;
     r->buf_file_off = r->data_off;
     r->time_us = r->h.start_us;
@@ -263,6 +274,7 @@ void mlz_reader_close(mlz_reader *r)
     mlz_meta_free(&r->meta);
     free(r->buf);
     free(r->zbuf);
+    mlz_split_free(r->split);
     free(r->seen);
     free(r->idx);
     free(r);
@@ -436,6 +448,50 @@ static int load_block(mlz_reader *r, mlz_error *err)
     return 1;
 }
 
+/* The largest payload a split block can have: the stream directory plus
+ * every stream stored at its largest. */
+#define SPLIT_PAYLOAD_MAX (MLZ_SPLIT_NSTREAMS * 8 + 3 * MLZ_SPLIT_MAX_EVENTS + \
+                           7 * (1 + 8 * MLZ_SPLIT_MAX_EVENTS) + MLZ_SPLIT_MAX_RAW)
+
+/* SPLIT mode: loads, checks and decodes the next block into columns. */
+static int load_split_block(mlz_reader *r, mlz_error *err)
+{
+    if (r->next_off >= r->stream_end) return 0;
+    uint64_t off = r->next_off;
+    uint8_t bh[MLZ_SPLIT_HEADER];
+    if (src_read(r, off, bh, sizeof bh) != (ssize_t)sizeof bh)
+        return seterr(err, MLZ_RULE_SIZE, off, "file ends inside a block header");
+    uint32_t plen = mlz_get_u32(bh), n = mlz_get_u32(bh + 4), rsize = mlz_get_u32(bh + 8);
+    if (plen > SPLIT_PAYLOAD_MAX || n == 0 || n > MLZ_SPLIT_MAX_EVENTS || rsize == 0 || rsize > MLZ_SPLIT_MAX_RAW)
+        return seterr(err, MLZ_RULE_SIZE, off, "block header has impossible sizes (%u payload, %u events, %u raw)",
+                      plen, n, rsize);
+    if (off + sizeof bh + plen > r->stream_end)
+        return seterr(err, MLZ_RULE_SIZE, off, "block of %u bytes runs past the end of the file", plen);
+    if (plen > r->zbuf_cap) {
+        uint8_t *z = realloc(r->zbuf, plen);
+        if (!z) return seterr(err, MLZ_RULE_IO, off, "out of memory");
+        r->zbuf = z;
+        r->zbuf_cap = plen;
+    }
+    if (src_read(r, off + sizeof bh, r->zbuf, plen) != (ssize_t)plen)
+        return seterr(err, MLZ_RULE_IO, off, "read error: %s", strerror(errno));
+    if (mlz_split_crc(r->zbuf, plen) != mlz_get_u32(bh + 12))
+        return seterr(err, MLZ_RULE_SIZE, off, "block checksum mismatch (damaged block)");
+    char why[200];
+    int bad_kind;
+    if (mlz_split_decode(r->split, r->zbuf, plen, n, why, sizeof why, &bad_kind))
+        return seterr(err, bad_kind ? MLZ_RULE_EVENT_TYPE : MLZ_RULE_SIZE, off, "split block: %s", why);
+    const mlz_split_cols *c = mlz_split_columns(r->split);
+    if (c->raw_len != rsize)
+        return seterr(err, MLZ_RULE_SIZE, off, "block decodes to %llu v1 bytes, its header says %u",
+                      (unsigned long long)c->raw_len, rsize);
+    r->block_off = off;
+    r->next_off = off + sizeof bh + plen;
+    r->buf_len = rsize;
+    r->buf_pos = 0;
+    return 1;
+}
+
 static int end_of_stream(mlz_reader *r, mlz_error *err)
 {
     r->done = 1;
@@ -445,10 +501,85 @@ static int end_of_stream(mlz_reader *r, mlz_error *err)
     return 0;
 }
 
-static int next_event(mlz_reader *r, mlz_event *ev, mlz_error *err)
+static int check_stacks(mlz_reader *r, const mlz_split_cols *c, mlz_error *err);
+
+/* SPLIT mode: the GC, MARKER or extension event of type t whose v1 bytes
+ * after the delta come next in the other-events stream, re-framed as v1
+ * bytes in buf and parsed there (the usual checks). 0 or -1. */
+static int split_other_event(mlz_reader *r, int t, uint64_t d, mlz_event *ev, mlz_error *err)
+{
+    const mlz_split_cols *c = mlz_split_columns(r->split);
+    const uint8_t *p = c->other + r->sp_o, *end = c->other + c->other_len, *q = p;
+    uint64_t v = 0;
+    size_t u = 0;
+    for (int f = 0; f < (t == MLZ_EV_GC ? 2 : 1); f++) {
+        if (mlz_varint_get(q, end, &v, &u)) return seterr(err, MLZ_RULE_SIZE, r->block_off, "bad other-events stream");
+        q += u;
+    }
+    if (t >= MLZ_EV_EXT_FIRST) q += v;
+    size_t tl = (size_t)(q - p), n = 1;
+    r->buf[0] = (uint8_t)t;
+    n += mlz_varint_put(r->buf + 1, d);
+    memcpy(r->buf + n, p, tl);
+    int k = parse_event(r, r->buf, r->buf + n + tl, r->block_off, ev, err);
+    if (k < 0) return -1;
+    if (k != (int)(n + tl)) return seterr(err, MLZ_RULE_SIZE, r->block_off, "bad other-events stream");
+    ev->enc_len = (uint32_t)k;
+    r->sp_o += tl;
+    return 0;
+}
+
+/* SPLIT mode: hands out the events of the decoded block's columns (no v1
+ * bytes in between). Extension, GC and MARKER events are re-framed as v1
+ * bytes in buf and parsed there, so they get the usual checks. */
+static int next_split_event(mlz_reader *r, mlz_event *ev, mlz_error *err)
 {
     if (r->done) return 0;
-    int lz4 = (r->h.flags & MLZ_FLAG_LZ4) != 0;
+    const mlz_split_cols *c = mlz_split_columns(r->split);
+    r->block_start = 0;
+    if (r->sp_i == r->sp_n) {
+        int k = load_split_block(r, err);
+        if (k < 0) return -1;
+        if (k == 0) return end_of_stream(r, err);
+        if (check_stacks(r, c, err)) return -1;
+        r->sp_i = r->sp_a = r->sp_f = 0;
+        r->sp_o = 0;
+        r->sp_n = c->n;
+        r->block_start = 1;
+    }
+    uint32_t i = r->sp_i++;
+    int t = c->kind[i];
+    uint64_t d = c->delta[i];
+    if (t == MLZ_EV_ALLOC) {
+        uint32_t a = r->sp_a++;
+        memset(ev, 0, sizeof *ev);
+        ev->addr = c->a_addr[a];
+        ev->size = c->a_size[a];
+        ev->stack_id = c->a_stack[a];
+        ev->thread = c->a_thread[a];
+        ev->enc_len = (uint32_t)(1 + mlz_varint_len(d) + 8 + mlz_varint_len(ev->size) +
+                                 mlz_varint_len(ev->stack_id) + 2);
+    } else if (t == MLZ_EV_FREE) {
+        memset(ev, 0, sizeof *ev);
+        ev->addr = c->f_addr[r->sp_f++];
+        ev->enc_len = (uint32_t)(1 + mlz_varint_len(d) + 8);
+    } else if (split_other_event(r, t, d, ev, err)) {
+        return -1;
+    }
+    ev->type = t;
+    ev->delta_us = d;
+    ev->offset = r->block_off;
+    r->time_us += d;
+    ev->time_us = r->time_us;
+    r->events++;
+    return 1;
+}
+
+static int next_event(mlz_reader *r, mlz_event *ev, mlz_error *err)
+{
+    if (r->split) return next_split_event(r, ev, err);
+    if (r->done) return 0;
+    int lz4 = (r->h.flags & MLZ_FLAGS_BLOCKS) != 0;
     for (;;) {
         if (lz4 && r->buf_pos == r->buf_len) {
             int b = load_block(r, err);
@@ -509,6 +640,7 @@ int mlz_reader_seek_time(mlz_reader *r, uint64_t t_us, mlz_error *err)
     const mlz_index_entry *e = &r->idx[lo];
     r->next_off = e->file_offset;
     r->buf_len = r->buf_pos = 0;
+    r->sp_i = r->sp_n = 0;
     r->time_us = e->base_us;
     r->events = e->first_event;
     r->done = 0;
@@ -523,4 +655,59 @@ int mlz_reader_seek_time(mlz_reader *r, uint64_t t_us, mlz_error *err)
             return 0;
         }
     }
+}
+
+/* Rule 4 over a column of stack ids; consecutive repeats are checked once. */
+static int check_stacks(mlz_reader *r, const mlz_split_cols *c, mlz_error *err)
+{
+    uint64_t last = UINT64_MAX;
+    int last_ok = 0;
+    for (uint32_t i = 0; i < c->nalloc; i++) {
+        uint64_t id = c->a_stack[i];
+        if (id == last && last_ok) continue;
+        last = id;
+        last_ok = r->spool ? seen_has(r, id) : mlz_meta_stack(&r->meta, id) != NULL;
+        if (!last_ok)
+            return seterr(err, MLZ_RULE_REFERENCE, r->block_off, "ALLOC names stack %llu, which is not in %s",
+                          (unsigned long long)id, r->spool ? "a preceding STACK_RAW event" : "stack_traces");
+    }
+    return 0;
+}
+
+int mlz_reader_next_block(mlz_reader *r, mlz_block_view *b, mlz_error *err)
+{
+    if (!r->split) return seterr(err, MLZ_RULE_IO, 0, "not a split-stream file");
+    if (r->done) return 0;
+    int k = load_split_block(r, err);
+    if (k < 0) return -1;
+    if (k == 0) return end_of_stream(r, err);
+    const mlz_split_cols *c = mlz_split_columns(r->split);
+    if (check_stacks(r, c, err)) return -1;
+    /* GC, MARKER and extension events get the checks mlz_reader_next gives. */
+    r->sp_o = 0;
+    if (c->n != c->nalloc + c->nfree) {
+        mlz_event ev;
+        for (uint32_t i = 0; i < c->n; i++)
+            if (c->kind[i] != MLZ_EV_ALLOC && c->kind[i] != MLZ_EV_FREE &&
+                split_other_event(r, c->kind[i], c->delta[i], &ev, err))
+                return -1;
+    }
+    b->n = c->n;
+    b->nalloc = c->nalloc;
+    b->nfree = c->nfree;
+    b->first_event = r->events;
+    b->base_us = r->time_us;
+    b->kind = c->kind;
+    b->delta = c->delta;
+    b->a_addr = c->a_addr;
+    b->a_size = c->a_size;
+    b->a_stack = c->a_stack;
+    b->a_thread = c->a_thread;
+    b->f_addr = c->f_addr;
+    uint64_t t = r->time_us;
+    for (uint32_t i = 0; i < c->n; i++) t += c->delta[i];
+    r->time_us = t;
+    r->events += c->n;
+    r->sp_i = r->sp_n = 0;
+    return 1;
 }

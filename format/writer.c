@@ -12,6 +12,7 @@
  * so each block decodes on its own and the .mlyze.idx index can point at it.
  */
 #include "mlz_format.h"
+#include "codec_split.h"
 #include "varint.h"
 
 #include <errno.h>
@@ -113,7 +114,7 @@ int mlz_writer_open(mlz_writer *w, const char *path, const mlz_writer_opts *o)
     memset(w, 0, sizeof *w);
     w->fd = w->idx_fd = -1;
     if (o->buf_size < MLZ_BLOCK_SIZE || !o->buf) return fail(w, -EINVAL);
-    if ((o->flags & ~MLZ_FLAG_LZ4) != 0) return fail(w, -EINVAL);
+    if ((o->flags & ~MLZ_FLAGS_BLOCKS) != 0 || o->flags == MLZ_FLAGS_BLOCKS) return fail(w, -EINVAL);
     if (o->flags & MLZ_FLAG_LZ4) {
         if (!LZ4_compress_default) return fail(w, -ENOTSUP);
         if (!o->zbuf || o->zbuf_size < MLZ_LZ4_BOUND) return fail(w, -EINVAL);
@@ -123,9 +124,13 @@ int mlz_writer_open(mlz_writer *w, const char *path, const mlz_writer_opts *o)
     w->flags = o->flags;
     w->replace = o->replace;
     w->plain = o->plain;
-    if (o->plain && (o->flags & MLZ_FLAG_LZ4)) return fail(w, -EINVAL);
+    if (o->plain && (o->flags & MLZ_FLAGS_BLOCKS)) return fail(w, -EINVAL);
     w->buf = o->buf;
     w->cap = (o->flags & MLZ_FLAG_LZ4) ? MLZ_BLOCK_SIZE : o->buf_size;
+    if (o->flags & MLZ_FLAG_SPLIT) {
+        if (w->cap > MLZ_SPLIT_MAX_RAW) w->cap = MLZ_SPLIT_MAX_RAW;
+        if (!(w->split = mlz_split_new(MLZ_SPLIT_LEVEL))) return fail(w, -ENOTSUP);
+    }
     w->zbuf = o->zbuf;
     w->zcap = o->zbuf_size;
     w->start_us = w->last_us = w->block_base_us = o->start_us;
@@ -141,7 +146,7 @@ int mlz_writer_open(mlz_writer *w, const char *path, const mlz_writer_opts *o)
     w->fd = open(w->tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
     if (w->fd < 0) return fail(w, -errno);
 
-    if (o->flags & MLZ_FLAG_LZ4) {
+    if (o->flags & MLZ_FLAGS_BLOCKS) {
         if ((rc = build_path(w->idx_path, sizeof w->idx_path, path, ".idx", -1, NULL)) ||
             (rc = build_path(w->idx_tmp, sizeof w->idx_tmp, path, ".idx", pid, ".tmp"))) {
             mlz_writer_abort(w);
@@ -175,28 +180,38 @@ static int flush(mlz_writer *w)
 {
     if (w->len == 0 || w->err) return w->err;
     int rc;
-    if (!(w->flags & MLZ_FLAG_LZ4)) {
+    if (!(w->flags & MLZ_FLAGS_BLOCKS)) {
         if ((rc = write_all(w->fd, w->buf, w->len))) return fail(w, rc);
         w->stream_len += w->len;
         w->raw_len += w->len;
         w->len = 0;
         return 0;
     }
-    int c = LZ4_compress_default((const char *)w->buf, (char *)w->zbuf + 8,
-                                 (int)w->len, (int)w->zcap - 8);
-    if (c <= 0) return fail(w, -EIO);
-    mlz_put_u32(w->zbuf, (uint32_t)c);
-    mlz_put_u32(w->zbuf + 4, (uint32_t)w->len);
+    const uint8_t *blk;
+    size_t blen;
+    if (w->split) {
+        long n = mlz_split_encode(w->split, w->buf, w->len, &blk);
+        if (n <= 0) return fail(w, -EIO);
+        blen = (size_t)n;
+    } else {
+        int c = LZ4_compress_default((const char *)w->buf, (char *)w->zbuf + 8,
+                                     (int)w->len, (int)w->zcap - 8);
+        if (c <= 0) return fail(w, -EIO);
+        mlz_put_u32(w->zbuf, (uint32_t)c);
+        mlz_put_u32(w->zbuf + 4, (uint32_t)w->len);
+        blk = w->zbuf;
+        blen = (size_t)c + 8;
+    }
 
     uint8_t ent[32];
     mlz_put_u64(ent, MLZ_HEADER_SIZE + (uint64_t)w->meta_len + w->stream_len);
     mlz_put_u64(ent + 8, w->raw_len);
     mlz_put_u64(ent + 16, w->block_base_us);
     mlz_put_u64(ent + 24, w->block_first_event);
-    if ((rc = write_all(w->fd, w->zbuf, (size_t)c + 8)) ||
+    if ((rc = write_all(w->fd, blk, blen)) ||
         (rc = write_all(w->idx_fd, ent, sizeof ent)))
         return fail(w, rc);
-    w->stream_len += (uint64_t)c + 8;
+    w->stream_len += blen;
     w->raw_len += w->len;
     w->nblocks++;
     w->len = 0;
@@ -219,6 +234,8 @@ int mlz_writer_close(mlz_writer *w)
 {
     int rc = flush(w);
     if (rc) { mlz_writer_abort(w); return rc; }
+    mlz_split_free(w->split);
+    w->split = NULL;
 
     mlz_header h = { .version = MLZ_VERSION, .start_us = w->start_us,
                      .meta_len = w->meta_len, .flags = w->flags | MLZ_FLAG_SEALED,
@@ -283,6 +300,8 @@ void mlz_writer_abort(mlz_writer *w)
     if (w->idx_fd >= 0) { close(w->idx_fd); w->idx_fd = -1; }
     if (w->tmp[0]) unlink(w->tmp);
     if (w->idx_tmp[0]) unlink(w->idx_tmp);
+    mlz_split_free(w->split);
+    w->split = NULL;
 }
 
 /* --------------------------------------------------------------- events */
@@ -292,6 +311,7 @@ static int reserve(mlz_writer *w, size_t n)
 {
     if (w->err) return w->err;
     if (w->len + n > w->cap) return flush(w);
+    if (w->split && w->events - w->block_first_event >= MLZ_SPLIT_MAX_EVENTS) return flush(w);
     return 0;
 }
 

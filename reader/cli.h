@@ -41,5 +41,6 @@ extern const mlz_command cmd_import, cmd_replay;
 extern const mlz_command cmd_heapdump, cmd_leakcheck, cmd_retainers;
 /* memlyze top --retained (cmd_top_retained.c). */
 int top_retained_run(int argc, char **argv);
+extern const mlz_command cmd_convert;
 
 #endif

@@ -46,7 +46,7 @@ static int run(int argc, char **argv)
 
     mlz_event ev;
     mlz_error e = { 0 };
-    int rc, lz4 = (h->flags & MLZ_FLAG_LZ4) != 0;
+    int rc, lz4 = (h->flags & MLZ_FLAGS_BLOCKS) != 0;
     uint64_t n = 0;
     while ((rc = mlz_reader_next(r, &ev, &e)) == 1) {
         if (lz4 && mlz_reader_at_block_start(r) && n > 0) fprintf(out, "block\n");

@@ -11,21 +11,26 @@
 static int run(int argc, char **argv)
 {
     const char *out = NULL;
-    int compress = 0, force = 0, c;
+    int encoding = MLZ_ENC_SPLIT, compress = 0, force = 0, c;
     static const struct option opts[] = {
         { "output", required_argument, 0, 'o' }, { "compress", no_argument, 0, 'z' },
-        { "force", no_argument, 0, 'f' }, { 0, 0, 0, 0 } };
+        { "force", no_argument, 0, 'f' }, { "format", required_argument, 0, 'F' }, { 0, 0, 0, 0 } };
     while ((c = getopt_long(argc, argv, "o:zf", opts, NULL)) != -1) {
         if (c == 'o') out = optarg;
         else if (c == 'z') compress = 1;
+        else if (c == 'F') {
+            if ((encoding = mlz_encoding_parse(optarg)) < 0)
+                return cli_usage_error(&cmd_finalize, "--format takes v1, lz4 or split");
+        }
         else if (c == 'f') force = 1;
         else return cli_usage_error(&cmd_finalize, "bad option");
     }
     if (argc - optind < 1) return cli_usage_error(&cmd_finalize, "need a SPOOL");
     if (!out) return cli_usage_error(&cmd_finalize, "missing -o FILE");
     char err[512];
+    if (compress) encoding = MLZ_ENC_LZ4;
     if (mlz_finalize_segments((const char *const *)argv + optind, (size_t)(argc - optind), out, "trace",
-                              compress, force, NULL, err, sizeof err))
+                              encoding, force, NULL, err, sizeof err))
         return cli_error("finalize", "%s", err);
     char loss[256];
     if (mlz_loss_of_file(out, loss, sizeof loss)) fprintf(stderr, "memlyze: %s: %s\n", out, loss);
@@ -34,7 +39,7 @@ static int run(int argc, char **argv)
 
 const mlz_command cmd_finalize = {
     "finalize", run, "symbolize a payload spool into a .mlyze trace",
-    "usage: memlyze finalize [-z] [-f] -o FILE SPOOL [SPOOL.exec1 ...]\n"
+    "usage: memlyze finalize [--format split|v1|lz4] [-z] [-f] -o FILE SPOOL [SPOOL.exec1 ...]\n"
     "\n"
     "Reads the raw spool the profiler wrote inside a process (stacks as program\n"
     "counters, the module map) and writes FILE: a .mlyze trace whose stacks are\n"
@@ -43,6 +48,9 @@ const mlz_command cmd_finalize = {
     "short by a crash is used up to its last whole event. Several SPOOLs are the\n"
     "images of one process that exec'd (PATH, PATH.exec1, ...), stitched in order.\n"
     "  -o, --output FILE   the trace to write (never replaced unless -f)\n"
-    "  -z, --compress      LZ4 blocks and a .mlyze.idx index\n"
+    "  --format ENC        split (default): split-stream zstd blocks (a .mlyze\n"
+    "                      extension) and a .mlyze.idx index; v1: the plain v1\n"
+    "                      format; lz4: v1 in LZ4 blocks with an index\n"
+    "  -z, --compress      v1 in LZ4 blocks (same as --format lz4)\n"
     "  -f, --force         replace FILE if it exists\n",
 };

@@ -124,7 +124,7 @@ static void prog_of(const char *spool, char *out, size_t len, long *pid)
 }
 
 /* Finalizes one process's segments [0, n) into target and prints its line. */
-static int write_one(seg_file *segs, size_t n, const char *target, int compress, int coverage)
+static int write_one(seg_file *segs, size_t n, const char *target, int encoding, int coverage)
 {
     const char *paths[n];
     for (size_t i = 0; i < n; i++) paths[i] = segs[i].path;
@@ -132,7 +132,7 @@ static int write_one(seg_file *segs, size_t n, const char *target, int compress,
     mlz_fin_summary sum;
     long pid;
     prog_of(paths[n - 1], prog, sizeof prog, &pid);
-    if (mlz_finalize_segments(paths, n, target, "trace", compress, 0, &sum, err, sizeof err)) {
+    if (mlz_finalize_segments(paths, n, target, "trace", encoding, 0, &sum, err, sizeof err)) {
         cli_error("run", "%s", err);
         return -1;
     }
@@ -155,7 +155,7 @@ static int write_one(seg_file *segs, size_t n, const char *target, int compress,
 /* Every process's trace from the spools in dir: the root's into out, a
  * followed child's into OUT.PROG.PID.mlyze (OUT without its .mlyze).
  * Returns the number written, or -1 when one failed. */
-static int write_traces(const char *dir, const char *out, int compress, int coverage)
+static int write_traces(const char *dir, const char *out, int encoding, int coverage)
 {
     seg_file *segs = NULL;
     size_t n = 0, cap = 0;
@@ -191,7 +191,7 @@ static int write_traces(const char *dir, const char *out, int compress, int cove
             snprintf(target, sizeof target, "%s.%s.%ld%s.mlyze", base, prog, segs[i].child,
                      i > 0 && segs[i - 1].child == segs[i].child ? ".2" : "");
         }
-        if (write_one(segs + i, j - i, target, compress, coverage)) failed = 1;
+        if (write_one(segs + i, j - i, target, encoding, coverage)) failed = 1;
         else written++;
     }
     for (size_t i = 0; i < n; i++) { unlink(segs[i].path); free(segs[i].path); }
@@ -202,12 +202,13 @@ static int write_traces(const char *dir, const char *out, int compress, int cove
 static int run(int argc, char **argv)
 {
     const char *out = NULL, *rate = NULL, *unwind = NULL, *seed = NULL;
-    int compress = 0, follow = 0, got = 0, coverage = 0, c;
+    int encoding = MLZ_ENC_SPLIT, compress = 0, follow = 0, got = 0, coverage = 0, c;
     static const struct option opts[] = {
         { "rate", required_argument, 0, 'r' }, { "output", required_argument, 0, 'o' },
         { "unwind", required_argument, 0, 'u' }, { "seed", required_argument, 0, 's' },
         { "compress", no_argument, 0, 'z' }, { "follow-fork", no_argument, 0, 'F' },
-        { "got", no_argument, 0, 'G' }, { "coverage", no_argument, 0, 'C' }, { 0, 0, 0, 0 } };
+        { "got", no_argument, 0, 'G' }, { "coverage", no_argument, 0, 'C' },
+        { "format", required_argument, 0, 'E' }, { 0, 0, 0, 0 } };
     while ((c = getopt_long(argc, argv, "+r:o:z", opts, NULL)) != -1) {
         switch (c) {
         case 'r':
@@ -221,6 +222,10 @@ static int run(int argc, char **argv)
             break;
         case 's': seed = optarg; break;
         case 'z': compress = 1; break;
+        case 'E':
+            if ((encoding = mlz_encoding_parse(optarg)) < 0)
+                return cli_usage_error(&cmd_run, "--format takes split, v1 or lz4");
+            break;
         case 'F': follow = 1; break;
         case 'G': got = 1; break;
         case 'C': coverage = got = 1; break;
@@ -228,6 +233,7 @@ static int run(int argc, char **argv)
         }
     }
     if (optind >= argc) return cli_usage_error(&cmd_run, "no command to run");
+    if (compress) encoding = MLZ_ENC_LZ4;
     char lib[PATH_MAX];
     const char *libname = got ? "libmemlyze.so" : "libmemlyze-preload.so";
     if (find_payload(libname, lib, sizeof lib))
@@ -271,14 +277,14 @@ static int run(int argc, char **argv)
 
     char def[64];
     if (!out) { snprintf(def, sizeof def, "memlyze.%d.mlyze", (int)pid); out = def; }
-    int rc = write_traces(dir, out, compress, coverage);
+    int rc = write_traces(dir, out, encoding, coverage);
     rmdir(dir);
     return rc < 0 ? 1 : rc == 0 ? cli_error("run", "the program wrote no profile (statically linked?)") : code;
 }
 
 const mlz_command cmd_run = {
     "run", run, "run a program under the profiler and write its trace",
-    "usage: memlyze run [-r BYTES] [-o FILE] [--unwind fp|dwarf] [-z] [--follow-fork] [--got] [--coverage] -- CMD [ARGS]\n"
+    "usage: memlyze run [-r BYTES] [-o FILE] [--unwind fp|dwarf] [--format split|v1|lz4] [-z] [--follow-fork] [--got] [--coverage] -- CMD [ARGS]\n"
     "\n"
     "Runs CMD with the memlyze sampler preloaded (LD_PRELOAD) and, when it\n"
     "exits, writes its symbolized trace. Exits with CMD's status. An exec keeps\n"
@@ -289,7 +295,9 @@ const mlz_command cmd_run = {
     "  --unwind fp|dwarf   stack unwinder (default dwarf: also walks code built without\n"
     "                      frame pointers; fp is cheaper per sample)\n"
     "  --seed N            fixed sampling seed (reproducible runs)\n"
-    "  -z, --compress      LZ4-compressed trace with an index\n"
+    "  --format ENC        split (default: split-stream zstd blocks, indexed), v1\n"
+    "                      (the plain v1 format) or lz4 (v1 in LZ4 blocks, indexed)\n"
+    "  -z, --compress      v1 in LZ4 blocks (same as --format lz4)\n"
     "  --follow-fork       profile children (fork, posix_spawn) too: FILE.PROG.PID.mlyze\n"
     "                      each, FILE without its .mlyze; without it they run unprofiled\n"
     "  --got               patch GOT slots instead of interposing (the attach path)\n"

@@ -32,7 +32,7 @@ static int run(int argc, char **argv)
     if (m->pid >= 0) printf("pid:             %lld\n", (long long)m->pid);
     if (m->exe) printf("executable:      %s\n", m->exe);
     printf("sampling rate:   %s\n", p.rate <= 1 ? "every allocation (exact)" : cli_bytes((double)p.rate, b1, sizeof b1));
-    printf("compression:     %s\n", (h->flags & MLZ_FLAG_LZ4) ? "lz4 blocks" : "none");
+    printf("compression:     %s\n", (h->flags & MLZ_FLAG_LZ4) ? "lz4 blocks" : (h->flags & MLZ_FLAG_SPLIT) ? "split-stream blocks (zstd)" : "none");
     printf("events:          %llu\n", (unsigned long long)p.events);
     for (int i = 0; i < 5; i++)
         if (p.count[i])
@@ -40,7 +40,7 @@ static int run(int argc, char **argv)
                    (double)p.enc_bytes[i] / (double)p.count[i]);
     if (p.events) {
         printf("bytes/record:    %.2f raw", (double)raw / (double)p.events);
-        if (h->flags & MLZ_FLAG_LZ4) printf(", %.2f on disk", (double)h->stream_len / (double)p.events);
+        if (h->flags & MLZ_FLAGS_BLOCKS) printf(", %.2f on disk", (double)h->stream_len / (double)p.events);
         printf("\n");
     }
     fmt_time(p.last_us - h->start_us, b1, sizeof b1);

@@ -3,6 +3,7 @@
  * binary file, byte for byte (same deltas, same block boundaries).
  */
 #include "cli.h"
+#include "codec_split.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -90,7 +91,7 @@ static int run(int argc, char **argv)
     FILE *in = optind < argc ? fopen(argv[optind], "r") : stdin;
     if (!in) return cli_error("undump", "%s: %s", pos.path, strerror(errno));
 
-    static uint8_t buf[MLZ_BLOCK_SIZE], zbuf[MLZ_LZ4_BOUND];
+    static uint8_t buf[MLZ_SPLIT_MAX_RAW], zbuf[MLZ_LZ4_BOUND];
     static mlz_writer w;
     static uint8_t data[MLZ_EXT_MAX];
     mlz_header h = { 0 };
@@ -114,7 +115,7 @@ static int run(int argc, char **argv)
                 bad(&pos, "malformed header line");
                 goto out;
             }
-            if (v != MLZ_VERSION || (fl & ~MLZ_FLAGS_KNOWN) || ((fl & MLZ_FLAG_LZ4) && !(fl & MLZ_FLAG_SEALED))) {
+            if (v != MLZ_VERSION || (fl & ~MLZ_FLAGS_KNOWN) || ((fl & MLZ_FLAGS_BLOCKS) && !(fl & MLZ_FLAG_SEALED)) || (fl & MLZ_FLAGS_BLOCKS) == MLZ_FLAGS_BLOCKS) {
                 bad(&pos, "unsupported version or flags");
                 goto out;
             }
@@ -132,7 +133,7 @@ static int run(int argc, char **argv)
                 goto out;
             }
             mlz_writer_opts o = { .start_us = h.start_us, .meta = meta, .meta_len = meta_len,
-                                  .flags = h.flags & MLZ_FLAG_LZ4, .replace = force,
+                                  .flags = h.flags & MLZ_FLAGS_BLOCKS, .replace = force,
                                   .plain = !(h.flags & MLZ_FLAG_SEALED),
                                   .buf = buf, .buf_size = sizeof buf, .zbuf = zbuf, .zbuf_size = sizeof zbuf };
             int e = mlz_writer_open(&w, out, &o);
@@ -140,7 +141,7 @@ static int run(int argc, char **argv)
             mlz_writer_set_header_rest(&w, h.rest);
             opened = 1;
         } else if (!strcmp(line, "block")) {
-            if (!opened || !(h.flags & MLZ_FLAG_LZ4)) { bad(&pos, "block line outside a compressed stream"); goto out; }
+            if (!opened || !(h.flags & MLZ_FLAGS_BLOCKS)) { bad(&pos, "block line outside a compressed stream"); goto out; }
             pending_block = 1;
         } else if (!strncmp(line, "end ", 4)) {
             uint64_t n;

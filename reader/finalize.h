@@ -24,9 +24,17 @@ typedef struct mlz_raw_module {
     char *path;
 } mlz_raw_module;
 
+/* Encodings of the event stream a trace is written in (--format, -z). */
+enum { MLZ_ENC_V1 = 0, MLZ_ENC_LZ4 = 1, MLZ_ENC_SPLIT = 2 };
+/* "v1", "lz4" (v1 in LZ4 blocks) or "split"; -1 for anything else. */
+int mlz_encoding_parse(const char *name);
+/* The writer's header flags for an encoding. */
+unsigned mlz_encoding_flags(int encoding);
+
 /* 0, or -1 with a one-line reason in err. Never leaves a partial OUT.
- * kind: "trace" (a recording) or "snapshot" (the live heap at one moment). */
-int mlz_finalize(const char *spool, const char *out, const char *kind, int compress, int replace,
+ * kind: "trace" (a recording) or "snapshot" (the live heap at one moment).
+ * encoding: MLZ_ENC_*. */
+int mlz_finalize(const char *spool, const char *out, const char *kind, int encoding, int replace,
                  char *err, size_t errlen);
 
 /* What a finalized trace holds, in numbers (memlyze run's one-line summary). */
@@ -43,7 +51,7 @@ typedef struct mlz_fin_summary {
  * held end (FREE) at that moment. Stack ids and module tables stay apart per
  * image. sum may be NULL. */
 int mlz_finalize_segments(const char *const *spools, size_t n, const char *out, const char *kind,
-                          int compress, int replace, mlz_fin_summary *sum, char *err, size_t errlen);
+                          int encoding, int replace, mlz_fin_summary *sum, char *err, size_t errlen);
 
 /* The metadata for stacks and modules already in memory (memlyze
  * snapshot): symbolized like mlz_finalize does; root supplies the copied

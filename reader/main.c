@@ -7,7 +7,7 @@
 #include <string.h>
 
 static const mlz_command *const commands[] = {
-    &cmd_attach, &cmd_detach, &cmd_run, &cmd_snapshot, &cmd_finalize, &cmd_top, &cmd_tree, &cmd_diff, &cmd_leaks, &cmd_temporary, &cmd_stats, &cmd_validate, &cmd_dump, &cmd_undump,
+    &cmd_attach, &cmd_detach, &cmd_run, &cmd_snapshot, &cmd_finalize, &cmd_top, &cmd_tree, &cmd_diff, &cmd_leaks, &cmd_temporary, &cmd_stats, &cmd_validate, &cmd_dump, &cmd_undump, &cmd_convert,
     &cmd_export, &cmd_flamegraph, &cmd_timeline,
     &cmd_watch, &cmd_serve,
     &cmd_import, &cmd_replay,

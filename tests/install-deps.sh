@@ -8,6 +8,7 @@ pkgs=(
   libdw-dev         # DWARF symbolization: function, file:line, inlines, debug links
   libcapstone-dev   # disassembly for the blind-spot report
   liblz4-dev        # the .mlyze Phase 2 block compression
+  libzstd-dev       # entropy coding of split-stream trace blocks (tools only)
   libjansson-dev    # parsing the .mlyze JSON metadata
   zlib1g-dev        # gzip for pprof export
   clang libclang-rt-14-dev  # libFuzzer and sanitizer runtimes for the fuzzer

@@ -5,6 +5,8 @@
  *   churn pair N            ns per malloc+free pair, one thread, N pairs
  *   churn threads T N       T threads, each N operations on a rotating set of
  *                           64 live blocks (16..1024 B); prints ns per op
+ *   churn mixed N           one thread, N operations on 64 live blocks of
+ *                           16 B..4 KiB (the trace-size benchmark's workload)
  *   churn latency N         per-operation latency of N malloc+free pairs:
  *                           median and p99 in ns (with rate 1 every
  *                           malloc is sampled, so this is the sampled path)
@@ -38,6 +40,7 @@ static long rss_kib(void)
 }
 
 static long n_ops;
+static size_t size_mask = 1008;   /* sizes 16 + (random & mask): 16..1024 B */
 
 static void *worker(void *arg)
 {
@@ -47,7 +50,7 @@ static void *worker(void *arg)
         seed = seed * 1103515245u + 12345u;
         unsigned k = (seed >> 16) & 63;
         free(live[k]);
-        size_t n = 16 + ((seed >> 8) & 1008);
+        size_t n = 16 + ((seed >> 8) & size_mask);
         live[k] = malloc(n);
         ((volatile char *)live[k])[0] = 1;
     }
@@ -82,6 +85,12 @@ int main(int argc, char **argv)
         double t0 = now_ns();
         for (int i = 0; i < t && i < 256; i++) pthread_create(&th[i], NULL, worker, (void *)(long)i);
         for (int i = 0; i < t && i < 256; i++) pthread_join(th[i], NULL);
+        printf("%.2f\n", (now_ns() - t0) / (double)n_ops);
+    } else if (!strcmp(argv[1], "mixed")) {
+        n_ops = atol(argv[2]);
+        size_mask = 4080;             /* 16 B..4 KiB */
+        double t0 = now_ns();
+        worker(NULL);
         printf("%.2f\n", (now_ns() - t0) / (double)n_ops);
     } else if (!strcmp(argv[1], "latency")) {
         long n = atol(argv[2]);

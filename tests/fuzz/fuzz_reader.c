@@ -28,5 +28,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         (void)sum;
         mlz_reader_close(r);
     }
+    /* Split-stream files: the block-column path too. */
+    mlz_reader *r = mlz_reader_open_mem(data, size, 0, &e);
+    if (r && (mlz_reader_header(r)->flags & MLZ_FLAG_SPLIT)) {
+        mlz_block_view b;
+        uint64_t sum = 0;
+        while (mlz_reader_next_block(r, &b, &e) == 1) {
+            for (uint32_t i = 0; i < b.nalloc; i++) sum += b.a_addr[i] + b.a_size[i] + b.a_stack[i] + b.a_thread[i];
+            for (uint32_t i = 0; i < b.nfree; i++) sum += b.f_addr[i];
+            for (uint32_t i = 0; i < b.n; i++) sum += b.kind[i] + b.delta[i];
+        }
+        (void)sum;
+    }
+    mlz_reader_close(r);
     return 0;
 }

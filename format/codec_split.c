@@ -1,0 +1,685 @@
+/*
+ * codec_split.c - the split-stream block codec (see codec_split.h and
+ * docs/FORMAT.md "Split-stream blocks").
+ *
+ * Encoder and decoder run the same models over a block, in event order:
+ *   - sizes: a 128-slot direct-mapped table of recent sizes; a hit is coded
+ *     as its slot, a miss as a literal (which then takes the slot);
+ *   - ALLOC addresses: per size, a LIFO of the last 8 blocks of that size
+ *     freed in this block (glibc's tcache hands those out first); a hit is
+ *     coded as its depth; else one of the last 32 blocks of any size freed
+ *     in the block (split or merged by the allocator), coded by its rank;
+ *     else the signed distance to the previous address allocated by the
+ *     same thread (else by any thread);
+ *   - FREE: the object it frees, by its position among the block's live
+ *     allocations (a list in birth order, from which a free moves the last
+ *     entry into the freed one's place: O(1) both ways), counted from the
+ *     end; 0 and a literal address (distance to the previous literal) for
+ *     objects born in an earlier block;
+ *   - threads as XOR with the previous allocation's thread.
+ * Numbers are stored as byte planes (all low bytes, then all second bytes,
+ * ...: a column loop each way), then every stream is compressed alone with
+ * zstd, whose entropy coder sees one kind of symbol at a time.
+ */
+#include "codec_split.h"
+#include "mlz_format.h"
+#include "varint.h"
+
+#include <stdlib.h>
+#include <stdio.h>
+#include <string.h>
+#include <zlib.h>
+#include <zstd.h>
+
+/* Weak: the payload links the format library but never writes split
+ * blocks, and must not depend on libzstd or zlib in the target. */
+#pragma weak ZSTD_createCCtx
+#pragma weak ZSTD_freeCCtx
+#pragma weak ZSTD_createDCtx
+#pragma weak ZSTD_freeDCtx
+#pragma weak ZSTD_compressCCtx
+#pragma weak ZSTD_decompressDCtx
+#pragma weak ZSTD_compressBound
+#pragma weak ZSTD_isError
+#pragma weak crc32
+
+#define DIR_BYTES (MLZ_SPLIT_NSTREAMS * 8)
+
+typedef struct reuse_slot {
+    uint64_t size;
+    uint32_t count;
+    uint64_t addr[MLZ_SPLIT_REUSE_DEPTH];
+} reuse_slot;
+
+/* The models' state; reset at every block. */
+typedef struct model {
+    uint64_t size_tab[MLZ_SPLIT_SIZE_SLOTS];
+    uint8_t  size_ok[MLZ_SPLIT_SIZE_SLOTS];
+    reuse_slot reuse[MLZ_SPLIT_REUSE_SLOTS];
+    uint64_t ring[MLZ_SPLIT_RING];            /* freed addresses, any size */
+    uint32_t ring_head, ring_count;
+    uint32_t th_tag[MLZ_SPLIT_THREAD_SLOTS];  /* thread + 1; 0 = empty */
+    uint64_t th_addr[MLZ_SPLIT_THREAD_SLOTS];
+    uint64_t prev_addr, prev_free_lit;
+    uint16_t prev_thread;
+} model;
+
+typedef struct stream { uint8_t *p; size_t len, cap; } stream;
+typedef struct lits { uint64_t *v; size_t n, cap; } lits;
+
+/* Encoder's map from an address to its latest live allocation in the block. */
+typedef struct live_ent { uint64_t addr; uint32_t idx; uint32_t gen; } live_ent;
+#define LIVE_SLOTS (2 * MLZ_SPLIT_MAX_EVENTS)
+#define LIVE_DEAD  UINT32_MAX
+
+struct mlz_split_codec {
+    int level;
+    ZSTD_CCtx *cctx;
+    ZSTD_DCtx *dctx;
+    mlz_split_cols cols;
+    model m;
+    stream s[MLZ_SPLIT_NSTREAMS];
+    uint8_t *out; size_t out_cap;
+    live_ent *live; uint32_t gen;
+    uint32_t *free_idx;        /* encoder: the allocation each FREE names, or LIVE_DEAD */
+    size_t free_idx_cap;
+    uint32_t *live_list, *live_pos;   /* the block's live allocations (see FREE) */
+    size_t live_list_cap, live_pos_cap;
+    lits scratch[5];           /* literal columns on their way in or out */
+};
+
+static inline uint64_t zz(uint64_t d) { return (d << 1) ^ (uint64_t)((int64_t)d >> 63); }
+static inline uint64_t unzz(uint64_t z) { return (z >> 1) ^ (0 - (z & 1)); }
+static inline unsigned size_slot(uint64_t s) { return (unsigned)(s % MLZ_SPLIT_SIZE_SLOTS); }
+static inline unsigned reuse_slot_of(uint64_t s) { return (unsigned)((s * 0xC2B2AE3D27D4EB4Full) >> 54); }
+
+static int grow(void **p, size_t *cap, size_t need, size_t elem)
+{
+    if (need <= *cap) return 0;
+    size_t n = *cap ? *cap : 1024;
+    while (n < need) n *= 2;
+    void *q = realloc(*p, n * elem);
+    if (!q) return -1;
+    *p = q;
+    *cap = n;
+    return 0;
+}
+
+static int cols_reserve(mlz_split_cols *c, uint32_t n)
+{
+    if (n <= c->cap) return 0;
+    uint32_t cap = c->cap ? c->cap : 4096;
+    while (cap < n) cap *= 2;
+    void *k = realloc(c->kind, cap), *d = realloc(c->delta, cap * 8ul);
+    if (k) c->kind = k;
+    if (d) c->delta = d;
+    void *a = realloc(c->a_addr, cap * 8ul), *s = realloc(c->a_size, cap * 8ul);
+    if (a) c->a_addr = a;
+    if (s) c->a_size = s;
+    void *st = realloc(c->a_stack, cap * 8ul), *t = realloc(c->a_thread, cap * 2ul);
+    if (st) c->a_stack = st;
+    if (t) c->a_thread = t;
+    void *f = realloc(c->f_addr, cap * 8ul);
+    if (f) c->f_addr = f;
+    if (!k || !d || !a || !s || !st || !t || !f) return -1;
+    c->cap = cap;
+    return 0;
+}
+
+mlz_split_codec *mlz_split_new(int level)
+{
+    if (!ZSTD_createCCtx || !crc32) return NULL;
+    mlz_split_codec *c = calloc(1, sizeof *c);
+    if (!c) return NULL;
+    c->level = level;
+    c->cctx = ZSTD_createCCtx();
+    c->dctx = ZSTD_createDCtx();
+    if (!c->cctx || !c->dctx) { mlz_split_free(c); return NULL; }
+    return c;
+}
+
+void mlz_split_free(mlz_split_codec *c)
+{
+    if (!c) return;
+    if (c->cctx) ZSTD_freeCCtx(c->cctx);
+    if (c->dctx) ZSTD_freeDCtx(c->dctx);
+    mlz_split_cols *k = &c->cols;
+    free(k->kind); free(k->delta); free(k->a_addr); free(k->a_size);
+    free(k->a_stack); free(k->a_thread); free(k->f_addr); free(k->other);
+    for (int i = 0; i < MLZ_SPLIT_NSTREAMS; i++) free(c->s[i].p);
+    free(c->out);
+    free(c->live);
+    free(c->free_idx);
+    free(c->live_list);
+    free(c->live_pos);
+    for (int i = 0; i < 5; i++) free(c->scratch[i].v);
+    free(c);
+}
+
+const mlz_split_cols *mlz_split_columns(const mlz_split_codec *c) { return &c->cols; }
+
+const uint8_t *mlz_split_stream(const mlz_split_codec *c, int i, size_t *len)
+{
+    *len = c->s[i].len;
+    return c->s[i].p;
+}
+
+uint32_t mlz_split_crc(const uint8_t *p, size_t n)
+{
+    return (uint32_t)crc32(crc32(0L, Z_NULL, 0), p, (uInt)n);
+}
+
+/* ------------------------------------------------------------ the models */
+
+static void model_reset(model *m)
+{
+    memset(m, 0, sizeof *m);
+}
+
+static inline void reuse_push(model *m, uint64_t size, uint64_t addr)
+{
+    m->ring_head = (m->ring_head + 1) % MLZ_SPLIT_RING;
+    m->ring[m->ring_head] = addr;
+    if (m->ring_count < MLZ_SPLIT_RING) m->ring_count++;
+    reuse_slot *r = &m->reuse[reuse_slot_of(size)];
+    if (r->size != size) { r->size = size; r->count = 0; }
+    if (r->count == MLZ_SPLIT_REUSE_DEPTH) {
+        memmove(r->addr, r->addr + 1, (MLZ_SPLIT_REUSE_DEPTH - 1) * sizeof r->addr[0]);
+        r->count--;
+    }
+    r->addr[r->count++] = addr;
+}
+
+/* Rank (1 = latest) of addr among the recently freed blocks of any size; 0 if absent. */
+static uint32_t ring_find(const model *m, uint64_t addr)
+{
+    for (uint32_t j = 0; j < m->ring_count; j++)
+        if (m->ring[(m->ring_head + MLZ_SPLIT_RING - j) % MLZ_SPLIT_RING] == addr) return j + 1;
+    return 0;
+}
+
+static uint32_t reuse_find(const reuse_slot *r, uint64_t size, uint64_t addr)
+{
+    if (r->size == size)
+        for (uint32_t d = 1; d <= r->count; d++)
+            if (r->addr[r->count - d] == addr) return d;
+    return 0;
+}
+
+/* Removes the entry `depth` (1 = top) of the size's LIFO; returns its address. */
+static uint64_t reuse_take(reuse_slot *r, uint32_t depth)
+{
+    uint32_t j = r->count - depth;
+    uint64_t a = r->addr[j];
+    for (uint32_t i = j + 1; i < r->count; i++) r->addr[i - 1] = r->addr[i];   /* depth 1: none */
+    r->count--;
+    return a;
+}
+
+static uint64_t addr_base(const model *m, uint16_t thread)
+{
+    unsigned t = thread % MLZ_SPLIT_THREAD_SLOTS;
+    return m->th_tag[t] == (uint32_t)thread + 1 ? m->th_addr[t] : m->prev_addr;
+}
+
+static void addr_seen(model *m, uint16_t thread, uint64_t addr)
+{
+    unsigned t = thread % MLZ_SPLIT_THREAD_SLOTS;
+    m->th_tag[t] = (uint32_t)thread + 1;
+    m->th_addr[t] = addr;
+    m->prev_addr = addr;
+}
+
+/* --------------------------------------------------------- v1 -> columns */
+
+static int parse_v1(mlz_split_cols *c, const uint8_t *p, size_t len)
+{
+    const uint8_t *end = p + len;
+    c->n = c->nalloc = c->nfree = 0;
+    c->other_len = 0;
+    c->raw_len = len;
+    while (p < end) {
+        if (c->n >= MLZ_SPLIT_MAX_EVENTS || cols_reserve(c, c->n + 1)) return -1;
+        uint8_t t = *p++;
+        uint64_t d, v;
+        size_t u;
+        if (t >= 128 || mlz_varint_get(p, end, &d, &u)) return -1;
+        p += u;
+        c->kind[c->n] = t;
+        c->delta[c->n++] = d;
+        if (t == MLZ_EV_ALLOC) {
+            if (end - p < 8) return -1;
+            uint32_t i = c->nalloc++;
+            c->a_addr[i] = mlz_get_u64(p); p += 8;
+            if (mlz_varint_get(p, end, &c->a_size[i], &u)) return -1;
+            p += u;
+            if (mlz_varint_get(p, end, &c->a_stack[i], &u)) return -1;
+            p += u;
+            if (end - p < 2) return -1;
+            c->a_thread[i] = mlz_get_u16(p); p += 2;
+            continue;
+        }
+        if (t == MLZ_EV_FREE) {
+            if (end - p < 8) return -1;
+            c->f_addr[c->nfree++] = mlz_get_u64(p); p += 8;
+            continue;
+        }
+        const uint8_t *tail = p;
+        int nv = t == MLZ_EV_GC ? 2 : 1;
+        for (int k = 0; k < nv; k++) {
+            if (mlz_varint_get(p, end, &v, &u)) return -1;
+            p += u;
+        }
+        if (t >= MLZ_EV_EXT_FIRST) {
+            if (v > MLZ_EXT_MAX || (uint64_t)(end - p) < v) return -1;
+            p += v;
+        }
+        size_t tl = (size_t)(p - tail);
+        if (grow((void **)&c->other, &c->other_cap, c->other_len + tl, 1)) return -1;
+        memcpy(c->other + c->other_len, tail, tl);
+        c->other_len += tl;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------- encoding */
+
+static int s_need(stream *s, size_t n) { return grow((void **)&s->p, &s->cap, s->len + n, 1); }
+
+/* A column of numbers as byte planes: width byte, then width planes. */
+static int put_num_col(stream *s, const uint64_t *v, uint32_t n, size_t stride)
+{
+    uint64_t all = 0;
+    for (uint32_t i = 0; i < n; i++) all |= v[i * stride];
+    unsigned w = 0;
+    while (w < 8 && (all >> (8 * w))) w++;
+    if (s_need(s, 1 + (size_t)w * n)) return -1;
+    s->p[s->len++] = (uint8_t)w;
+    for (unsigned b = 0; b < w; b++) {
+        uint8_t *o = s->p + s->len;
+        for (uint32_t i = 0; i < n; i++) o[i] = (uint8_t)(v[i * stride] >> (8 * b));
+        s->len += n;
+    }
+    return 0;
+}
+
+static int lit_add(lits *l, uint64_t x)
+{
+    if (grow((void **)&l->v, &l->cap, l->n + 1, sizeof *l->v)) return -1;
+    l->v[l->n++] = x;
+    return 0;
+}
+
+static uint32_t live_find(mlz_split_codec *c, uint64_t addr, uint32_t *slot)
+{
+    uint32_t h = (uint32_t)((addr * 0x9E3779B97F4A7C15ull) >> 46) & (LIVE_SLOTS - 1);
+    for (;;) {
+        live_ent *e = &c->live[h];
+        if (e->gen != c->gen) { *slot = h; return LIVE_DEAD; }
+        if (e->addr == addr) { *slot = h; return e->idx; }
+        h = (h + 1) & (LIVE_SLOTS - 1);
+    }
+}
+
+/* Works out, for every FREE, the allocation of this block it frees. */
+static int link_frees(mlz_split_codec *c)
+{
+    mlz_split_cols *k = &c->cols;
+    if (!c->live && !(c->live = calloc(LIVE_SLOTS, sizeof *c->live))) return -1;
+    if (grow((void **)&c->free_idx, &c->free_idx_cap, k->nfree + 1, sizeof *c->free_idx)) return -1;
+    if (++c->gen == 0) { memset(c->live, 0, LIVE_SLOTS * sizeof *c->live); c->gen = 1; }
+    uint32_t ai = 0, fi = 0, slot;
+    for (uint32_t i = 0; i < k->n; i++) {
+        if (k->kind[i] == MLZ_EV_ALLOC) {
+            uint64_t a = k->a_addr[ai];
+            live_find(c, a, &slot);       /* the latest allocation wins */
+            c->live[slot] = (live_ent){ a, ai, c->gen };
+            ai++;
+        } else if (k->kind[i] == MLZ_EV_FREE) {
+            uint32_t idx = live_find(c, k->f_addr[fi], &slot);
+            if (idx != LIVE_DEAD) c->live[slot].idx = LIVE_DEAD;  /* freed: keep the probe chain */
+            c->free_idx[fi++] = idx;
+        }
+    }
+    return 0;
+}
+
+long mlz_split_encode(mlz_split_codec *c, const uint8_t *v1, size_t len, const uint8_t **out)
+{
+    mlz_split_cols *k = &c->cols;
+    if (len == 0 || len > MLZ_SPLIT_MAX_RAW || parse_v1(k, v1, len) || link_frees(c)) return -1;
+    for (int i = 0; i < MLZ_SPLIT_NSTREAMS; i++) c->s[i].len = 0;
+    stream *S = c->s;
+    if (s_need(&S[MLZ_S_KIND], k->n)) return -1;
+    memcpy(S[MLZ_S_KIND].p, k->kind, k->n);
+    S[MLZ_S_KIND].len = k->n;
+    if (put_num_col(&S[MLZ_S_DELTA], k->delta, k->n, 1)) return -1;
+
+    lits *L = c->scratch;
+    for (int i = 0; i < 5; i++) L[i].n = 0;
+#define size_l L[0]
+#define addr_l L[1]
+#define thr_l L[2]
+#define ref_l L[3]
+#define flit_l L[4]
+    if (s_need(&S[MLZ_S_SIZE_CODE], k->nalloc) || s_need(&S[MLZ_S_ADDR_CODE], k->nalloc)) return -1;
+    model *m = &c->m;
+    model_reset(m);
+    if (grow((void **)&c->live_list, &c->live_list_cap, k->nalloc + 1, sizeof *c->live_list) ||
+        grow((void **)&c->live_pos, &c->live_pos_cap, k->nalloc + 1, sizeof *c->live_pos))
+        return -1;
+    uint32_t ai = 0, fi = 0, nlive = 0;
+    for (uint32_t i = 0; i < k->n; i++) {
+        if (k->kind[i] == MLZ_EV_ALLOC) {
+            uint64_t size = k->a_size[ai], addr = k->a_addr[ai];
+            uint16_t th = k->a_thread[ai];
+            unsigned ss = size_slot(size);
+            if (m->size_ok[ss] && m->size_tab[ss] == size) {
+                S[MLZ_S_SIZE_CODE].p[S[MLZ_S_SIZE_CODE].len++] = (uint8_t)(ss + 1);
+            } else {
+                S[MLZ_S_SIZE_CODE].p[S[MLZ_S_SIZE_CODE].len++] = 0;
+                m->size_tab[ss] = size;
+                m->size_ok[ss] = 1;
+                if (lit_add(&size_l, size)) return -1;
+            }
+            reuse_slot *r = &m->reuse[reuse_slot_of(size)];
+            uint32_t code = reuse_find(r, size, addr), j;
+            if (code) reuse_take(r, code);
+            else if ((j = ring_find(m, addr))) code = MLZ_SPLIT_REUSE_DEPTH + j;
+            S[MLZ_S_ADDR_CODE].p[S[MLZ_S_ADDR_CODE].len++] = (uint8_t)code;
+            c->live_pos[ai] = nlive;
+            c->live_list[nlive++] = ai;
+            if (!code && lit_add(&addr_l, zz(addr - addr_base(m, th)))) return -1;
+            addr_seen(m, th, addr);
+            if (lit_add(&thr_l, (uint64_t)(th ^ m->prev_thread))) return -1;
+            m->prev_thread = th;
+            ai++;
+        } else if (k->kind[i] == MLZ_EV_FREE) {
+            uint32_t idx = c->free_idx[fi];
+            uint64_t addr = k->f_addr[fi++];
+            if (idx != LIVE_DEAD) {
+                uint32_t p = c->live_pos[idx];
+                if (lit_add(&ref_l, nlive - p)) return -1;
+                c->live_list[p] = c->live_list[--nlive];
+                c->live_pos[c->live_list[p]] = p;
+                reuse_push(m, k->a_size[idx], addr);
+            } else {
+                if (lit_add(&ref_l, 0) || lit_add(&flit_l, zz(addr - m->prev_free_lit))) return -1;
+                m->prev_free_lit = addr;
+            }
+        }
+    }
+    if (put_num_col(&S[MLZ_S_SIZE_LIT], size_l.v, (uint32_t)size_l.n, 1) ||
+        put_num_col(&S[MLZ_S_ADDR_LIT], addr_l.v, (uint32_t)addr_l.n, 1) ||
+        put_num_col(&S[MLZ_S_STACK], k->a_stack, k->nalloc, 1) ||
+        put_num_col(&S[MLZ_S_THREAD], thr_l.v, (uint32_t)thr_l.n, 1) ||
+        put_num_col(&S[MLZ_S_FREE_REF], ref_l.v, (uint32_t)ref_l.n, 1) ||
+        put_num_col(&S[MLZ_S_FREE_LIT], flit_l.v, (uint32_t)flit_l.n, 1) ||
+        s_need(&S[MLZ_S_OTHER], k->other_len))
+        return -1;
+    if (k->other_len) memcpy(S[MLZ_S_OTHER].p, k->other, k->other_len);
+    S[MLZ_S_OTHER].len = k->other_len;
+
+    size_t bound = MLZ_SPLIT_HEADER + DIR_BYTES;
+    for (int i = 0; i < MLZ_SPLIT_NSTREAMS; i++) bound += ZSTD_compressBound(S[i].len);
+    if (grow((void **)&c->out, &c->out_cap, bound, 1)) return -1;
+    uint8_t *dir = c->out + MLZ_SPLIT_HEADER, *o = dir + DIR_BYTES;
+    for (int i = 0; i < MLZ_SPLIT_NSTREAMS; i++) {
+        size_t packed = 0;
+        if (S[i].len) {
+            size_t z = ZSTD_compressCCtx(c->cctx, o, ZSTD_compressBound(S[i].len), S[i].p, S[i].len, c->level);
+            if (ZSTD_isError(z)) return -1;
+            if (z >= S[i].len) { memcpy(o, S[i].p, S[i].len); z = S[i].len; }  /* stored */
+            packed = z;
+        }
+        mlz_put_u32(dir + 8 * i, (uint32_t)S[i].len);
+        mlz_put_u32(dir + 8 * i + 4, (uint32_t)packed);
+        o += packed;
+    }
+    size_t payload = (size_t)(o - dir);
+    mlz_put_u32(c->out, (uint32_t)payload);
+    mlz_put_u32(c->out + 4, k->n);
+    mlz_put_u32(c->out + 8, (uint32_t)len);
+    mlz_put_u32(c->out + 12, mlz_split_crc(dir, payload));
+    *out = c->out;
+    return (long)(MLZ_SPLIT_HEADER + payload);
+}
+
+/* ------------------------------------------------------------- decoding */
+
+#define BAD(...) do { snprintf(why, whylen, __VA_ARGS__); return -1; } while (0)
+
+/* Reads a byte-plane column of n numbers; -1 if its length or width is wrong
+ * or the width is not the smallest that holds the values. */
+static int get_num_col(const stream *s, uint32_t n, uint64_t *restrict v, unsigned maxw)
+{
+    if (s->len < 1) return -1;
+    unsigned w = s->p[0];
+    if (w > maxw || s->len != 1 + (size_t)w * n || (n == 0 && w)) return -1;
+    const uint8_t *restrict p = s->p + 1;
+    /* One pass for the common widths (each a simple, vectorisable loop),
+     * plane by plane for the rest. */
+    if (w == 0) {
+        memset(v, 0, (size_t)n * sizeof *v);
+    } else if (w == 1) {
+        for (uint32_t i = 0; i < n; i++) v[i] = p[i];
+    } else if (w == 2) {
+        for (uint32_t i = 0; i < n; i++) v[i] = p[i] | (uint64_t)p[n + i] << 8;
+    } else if (w == 3) {
+        for (uint32_t i = 0; i < n; i++)
+            v[i] = p[i] | (uint64_t)p[n + i] << 8 | (uint64_t)p[2 * (size_t)n + i] << 16;
+    } else {
+        for (uint32_t i = 0; i < n; i++) v[i] = p[i];
+        for (unsigned b = 1; b < w; b++) {
+            const uint8_t *restrict q = p + (size_t)b * n;
+            for (uint32_t i = 0; i < n; i++) v[i] |= (uint64_t)q[i] << (8 * b);
+        }
+    }
+    if (w) {   /* minimal width: the top plane is not all zero */
+        const uint8_t *top = s->p + 1 + (size_t)(w - 1) * n;
+        uint32_t i = 0;
+        while (i < n && !top[i]) i++;
+        if (i == n) return -1;
+    }
+    return 0;
+}
+
+/* Unpacks the stream directory and the streams themselves. */
+static int unpack(mlz_split_codec *c, const uint8_t *payload, size_t len, uint32_t n,
+                  char *why, size_t whylen)
+{
+    if (len < DIR_BYTES) BAD("block payload of %zu bytes is shorter than its stream directory", len);
+    const uint8_t *src = payload + DIR_BYTES, *end = payload + len;
+    for (int i = 0; i < MLZ_SPLIT_NSTREAMS; i++) {
+        uint32_t raw = mlz_get_u32(payload + 8 * i), packed = mlz_get_u32(payload + 8 * i + 4);
+        size_t limit = i == MLZ_S_KIND || i == MLZ_S_SIZE_CODE || i == MLZ_S_ADDR_CODE ? n
+                     : i == MLZ_S_OTHER ? MLZ_SPLIT_MAX_RAW : 1 + 8 * (size_t)n;
+        if (raw > limit) BAD("stream %d claims %u bytes, more than %zu events allow", i, raw, limit);
+        if ((packed == 0) != (raw == 0) || packed > raw)
+            BAD("stream %d has impossible sizes (%u packed, %u raw)", i, packed, raw);
+        if ((size_t)(end - src) < packed) BAD("stream %d runs past the end of its block", i);
+        stream *s = &c->s[i];
+        if (grow((void **)&s->p, &s->cap, raw ? raw : 1, 1)) BAD("out of memory");
+        if (packed == raw) {
+            if (raw) memcpy(s->p, src, raw);
+        } else {
+            size_t d = ZSTD_decompressDCtx(c->dctx, s->p, raw, src, packed);
+            if (ZSTD_isError(d) || d != raw) BAD("stream %d does not decompress to its %u bytes", i, raw);
+        }
+        s->len = raw;
+        src += packed;
+    }
+    if (src != end) BAD("%zu bytes after the last stream of the block", (size_t)(end - src));
+    return 0;
+}
+
+/* Checks the tail (after the delta) of a GC, MARKER or extension event in
+ * the OTHER stream; returns its length, or 0 if malformed. */
+static size_t other_tail(uint8_t t, const uint8_t *p, const uint8_t *end)
+{
+    const uint8_t *q = p;
+    uint64_t v = 0;
+    size_t u;
+    int nv = t == MLZ_EV_GC ? 2 : 1;
+    for (int k = 0; k < nv; k++) {
+        if (mlz_varint_get(q, end, &v, &u)) return 0;
+        q += u;
+    }
+    if (t >= MLZ_EV_EXT_FIRST) {
+        if (v > MLZ_EXT_MAX || (uint64_t)(end - q) < v) return 0;
+        q += v;
+    }
+    return (size_t)(q - p);
+}
+
+int mlz_split_decode(mlz_split_codec *c, const uint8_t *payload, size_t len,
+                     uint32_t n, char *why, size_t whylen, int *bad_kind)
+{
+    *bad_kind = 0;
+    mlz_split_cols *k = &c->cols;
+    if (n == 0 || n > MLZ_SPLIT_MAX_EVENTS) BAD("block holds %u events (1..%u allowed)", n, MLZ_SPLIT_MAX_EVENTS);
+    if (unpack(c, payload, len, n, why, whylen)) return -1;
+    if (cols_reserve(k, n)) BAD("out of memory");
+    stream *S = c->s;
+    if (S[MLZ_S_KIND].len != n) BAD("kind stream holds %zu events, block header says %u", S[MLZ_S_KIND].len, n);
+    uint32_t na = 0, nf = 0, no = 0;
+    const uint8_t *kind = S[MLZ_S_KIND].p;
+    for (uint32_t i = 0; i < n; i++) {
+        na += kind[i] == MLZ_EV_ALLOC;
+        nf += kind[i] == MLZ_EV_FREE;
+        no |= kind[i];
+    }
+    if (no >= 128) {
+        for (uint32_t i = 0; i < n; i++)
+            if (kind[i] >= 128) { *bad_kind = 1; BAD("invalid event type %d (128..255 are reserved)", kind[i]); }
+    }
+    memcpy(k->kind, kind, n);
+    k->n = n; k->nalloc = na; k->nfree = nf;
+    if (get_num_col(&S[MLZ_S_DELTA], n, k->delta, 8)) BAD("malformed delta stream");
+    if (S[MLZ_S_SIZE_CODE].len != na || S[MLZ_S_ADDR_CODE].len != na)
+        BAD("size or address code streams do not hold one code per ALLOC (%u)", na);
+    if (get_num_col(&S[MLZ_S_STACK], na, k->a_stack, 8)) BAD("malformed stack stream");
+
+    /* Literal columns: their counts follow from the codes. */
+    uint32_t nsl = 0, nal = 0;
+    const uint8_t *sc = S[MLZ_S_SIZE_CODE].p, *ac = S[MLZ_S_ADDR_CODE].p;
+    for (uint32_t i = 0; i < na; i++) { nsl += sc[i] == 0; nal += ac[i] == 0; }
+    lits *L = c->scratch;
+    for (int i = 0; i < 5; i++)
+        if (grow((void **)&L[i].v, &L[i].cap, n + 1, sizeof *L[i].v)) BAD("out of memory");
+    uint64_t *size_lit = L[0].v, *addr_lit = L[1].v, *thr = L[2].v, *refs = L[3].v, *flits = L[4].v;
+    if (get_num_col(&S[MLZ_S_SIZE_LIT], nsl, size_lit, 8)) BAD("malformed size literal stream");
+    if (get_num_col(&S[MLZ_S_ADDR_LIT], nal, addr_lit, 8)) BAD("malformed address literal stream");
+    if (get_num_col(&S[MLZ_S_THREAD], na, thr, 2)) BAD("malformed thread stream");
+    if (get_num_col(&S[MLZ_S_FREE_REF], nf, refs, 8)) BAD("malformed free reference stream");
+    uint32_t nfl = 0;
+    for (uint32_t i = 0; i < nf; i++) nfl += refs[i] == 0;
+    if (get_num_col(&S[MLZ_S_FREE_LIT], nfl, flits, 8)) BAD("malformed free literal stream");
+
+    /* The model pass, in event order. */
+    model *m = &c->m;
+    model_reset(m);
+    if (grow((void **)&c->live_list, &c->live_list_cap, na + 1, sizeof *c->live_list)) BAD("out of memory");
+    uint32_t *live = c->live_list, nlive = 0;
+    uint32_t ai = 0, fi = 0, si = 0, li = 0, fli = 0;
+    size_t op = 0, raw = 0;
+    const uint8_t *oth = S[MLZ_S_OTHER].p, *oend = oth + S[MLZ_S_OTHER].len;
+    uint16_t prev_th = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        uint8_t t = kind[i];
+        if (t == MLZ_EV_ALLOC) {
+            uint64_t size;
+            uint8_t s = sc[ai];
+            if (s) {
+                if (s > MLZ_SPLIT_SIZE_SLOTS || !m->size_ok[s - 1]) BAD("size code %u names an empty slot", s);
+                size = m->size_tab[s - 1];
+            } else {
+                size = size_lit[si++];
+                unsigned ss = size_slot(size);
+                if (m->size_ok[ss] && m->size_tab[ss] == size) BAD("size literal %llu should have been a table hit", (unsigned long long)size);
+                m->size_tab[ss] = size;
+                m->size_ok[ss] = 1;
+            }
+            uint16_t th = (uint16_t)(thr[ai] ^ prev_th);
+            prev_th = th;
+            uint64_t addr;
+            uint8_t a = ac[ai];
+            reuse_slot *r = &m->reuse[reuse_slot_of(size)];
+            if (a && a <= MLZ_SPLIT_REUSE_DEPTH) {
+                if (r->size != size || a > r->count)
+                    BAD("address code %u names no freed block of size %llu", a, (unsigned long long)size);
+                addr = reuse_take(r, a);
+            } else if (a) {
+                uint32_t j = a - MLZ_SPLIT_REUSE_DEPTH;
+                if (j > m->ring_count) BAD("address code %u names no recently freed block", a);
+                addr = m->ring[(m->ring_head + MLZ_SPLIT_RING + 1 - j) % MLZ_SPLIT_RING];
+            } else {
+                /* Writers code the first match (docs/FORMAT.md); readers do
+                 * not re-check it: the CRC guards the bytes, and a different
+                 * choice would still decode to the same events. */
+                addr = addr_base(m, th) + unzz(addr_lit[li++]);
+            }
+            live[nlive++] = ai;
+            addr_seen(m, th, addr);
+            k->a_size[ai] = size;
+            k->a_addr[ai] = addr;
+            k->a_thread[ai] = th;
+            ai++;
+        } else if (t == MLZ_EV_FREE) {
+            uint64_t ref = refs[fi], addr;
+            if (ref) {
+                if (ref > nlive) BAD("FREE names live object %llu from the end of %u", (unsigned long long)ref, nlive);
+                uint32_t p = nlive - (uint32_t)ref, idx = live[p];
+                live[p] = live[--nlive];
+                addr = k->a_addr[idx];
+                reuse_push(m, k->a_size[idx], addr);
+            } else {
+                addr = m->prev_free_lit + unzz(flits[fli++]);
+                m->prev_free_lit = addr;
+            }
+            k->f_addr[fi++] = addr;
+        } else {
+            size_t tl = other_tail(t, oth + op, oend);
+            if (!tl) BAD("malformed or missing fields for event %u (type %d)", i, t);
+            op += tl;
+        }
+    }
+    /* The v1 length, column by column. */
+    raw = (size_t)n + 10 * (size_t)na + 8 * (size_t)nf + op;   /* type bytes, fixed fields, tails */
+    for (uint32_t i = 0; i < n; i++) raw += mlz_varint_len(k->delta[i]);
+    for (uint32_t i = 0; i < na; i++) raw += mlz_varint_len(k->a_size[i]) + mlz_varint_len(k->a_stack[i]);
+    if (op != S[MLZ_S_OTHER].len) BAD("%zu unused bytes in the other-events stream", S[MLZ_S_OTHER].len - op);
+    if (raw > MLZ_SPLIT_MAX_RAW) BAD("block decodes to %zu bytes, over the %u limit", raw, MLZ_SPLIT_MAX_RAW);
+    if (grow((void **)&k->other, &k->other_cap, op ? op : 1, 1)) BAD("out of memory");
+    if (op) memcpy(k->other, oth, op);
+    k->other_len = op;
+    k->raw_len = raw;
+    return 0;
+}
+
+size_t mlz_split_to_v1(const mlz_split_cols *k, uint8_t *out)
+{
+    uint8_t *o = out;
+    const uint8_t *oth = k->other, *oend = k->other + k->other_len;
+    uint32_t ai = 0, fi = 0;
+    for (uint32_t i = 0; i < k->n; i++) {
+        uint8_t t = k->kind[i];
+        *o++ = t;
+        o += mlz_varint_put(o, k->delta[i]);
+        if (t == MLZ_EV_ALLOC) {
+            mlz_put_u64(o, k->a_addr[ai]); o += 8;
+            o += mlz_varint_put(o, k->a_size[ai]);
+            o += mlz_varint_put(o, k->a_stack[ai]);
+            mlz_put_u16(o, k->a_thread[ai]); o += 2;
+            ai++;
+        } else if (t == MLZ_EV_FREE) {
+            mlz_put_u64(o, k->f_addr[fi++]); o += 8;
+        } else {
+            size_t tl = other_tail(t, oth, oend);
+            memcpy(o, oth, tl);
+            o += tl;
+            oth += tl;
+        }
+    }
+    return (size_t)(o - out);
+}

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# The split-stream encoding end to end: the default for `memlyze run`,
+# `--format v1` and `-z` still write v1, `memlyze convert` between all three
+# (v1 -> split -> v1 byte-identical), seek by time through the index, and
+# damaged files rejected with a rule and an offset.
+. "$(dirname "$0")/lib.sh"
+flags() { "$MEMLYZE" dump "$1" 2>/dev/null | head -2 | tail -1 | sed 's/.*flags=\(0x[0-9a-f]*\).*/\1/'; }
+
+cc -O2 -o "$T/churn" "$ROOT/bench/workloads/churn.c" -lpthread || fail "build churn"
+"$MEMLYZE" run -r 1 -o "$T/d.mlyze" -- "$T/churn" threads 1 200000 >/dev/null 2>&1
+check "run: split-stream by default" test "$(flags "$T/d.mlyze")" = 0x5
+check "run: split trace valid" "$MEMLYZE" validate "$T/d.mlyze"
+check "run: split trace has its index" test -s "$T/d.mlyze.idx"
+"$MEMLYZE" run -r 1 --format v1 -o "$T/v.mlyze" -- "$T/churn" threads 1 1000 >/dev/null 2>&1
+check "run --format v1: plain v1 stream" test "$(flags "$T/v.mlyze")" = 0x1
+"$MEMLYZE" run -r 1 -z -o "$T/z.mlyze" -- "$T/churn" threads 1 1000 >/dev/null 2>&1
+check "run -z: v1 in LZ4 blocks" test "$(flags "$T/z.mlyze")" = 0x3
+
+"$MEMLYZE" convert --format v1 -o "$T/d.v1" "$T/d.mlyze"
+"$MEMLYZE" convert --format split -o "$T/d2.split" "$T/d.v1"
+"$MEMLYZE" convert --format v1 -o "$T/d2.v1" "$T/d2.split"
+check "convert: v1 -> split -> v1 byte-identical" cmp "$T/d.v1" "$T/d2.v1"
+check "convert: split -> v1 -> split byte-identical" cmp "$T/d.mlyze" "$T/d2.split"
+"$MEMLYZE" convert --format lz4 -o "$T/d.lz4" "$T/d2.split"
+"$MEMLYZE" convert --format v1 -o "$T/d3.v1" "$T/d.lz4"
+check "convert: via lz4 byte-identical too" cmp "$T/d.v1" "$T/d3.v1"
+v1=$(stat -c %s "$T/d.v1"); sp=$(stat -c %s "$T/d.mlyze")
+check "split at least 5x smaller than v1 on the churn ($sp vs $v1 bytes)" test $((sp * 5)) -lt "$v1"
+check "convert: same dump as v1 apart from the header" bash -c \
+    "diff <('$MEMLYZE' dump '$T/d.mlyze' | grep -v '^block' | sed 1,2d) <('$MEMLYZE' dump '$T/d.v1' | sed 1,2d)"
+check "convert: refuses to replace without -f" bash -c "! '$MEMLYZE' convert --format v1 -o '$T/d.v1' '$T/d.mlyze' 2>/dev/null"
+check "convert: unknown format is a usage error" bash -c "'$MEMLYZE' convert --format zip -o '$T/x' '$T/d.mlyze' 2>/dev/null; test \$? = 2"
+check "convert --help" "$MEMLYZE" convert --help
+
+# Seek by time: top --at gives the same answer on split (indexed) and v1.
+"$MEMLYZE" top --json --at 0.05 "$T/d.mlyze" 2>&1 | grep -v '"file"' > "$T/at.split"
+"$MEMLYZE" top --json --at 0.05 "$T/d.v1" 2>&1 | grep -v '"file"' > "$T/at.v1"
+check "top --at: split and v1 agree" cmp "$T/at.split" "$T/at.v1"
+
+# Damage: a truncated file and a flipped byte in a block.
+size=$(stat -c %s "$T/d.mlyze")
+head -c $((size - 7)) "$T/d.mlyze" > "$T/cut.mlyze"
+out=$("$MEMLYZE" validate "$T/cut.mlyze" 2>&1)
+check "truncated split file rejected with rule and offset" bash -c "echo '$out' | grep -q 'rule 7 (size) at byte [0-9]'"
+check "convert of a damaged file fails and leaves no output" bash -c \
+    "! '$MEMLYZE' convert --format v1 -o '$T/cut.v1' '$T/cut.mlyze' 2>/dev/null && ! ls '$T'/cut.v1* 2>/dev/null"
+cp "$T/d.mlyze" "$T/flip.mlyze"
+printf '\x55' | dd of="$T/flip.mlyze" bs=1 seek=$((size - 100)) conv=notrunc 2>/dev/null
+out=$("$MEMLYZE" validate "$T/flip.mlyze" 2>&1)
+check "damaged split block rejected with rule and offset" bash -c "echo '$out' | grep -q 'at byte [0-9].*checksum'"
+finish

@@ -1,0 +1,476 @@
+/*
+ * test_codec_split.c - the split-stream block codec: every stream model on
+ * its edge cases (first event of a block, frees of objects born in an
+ * earlier block, address reuse, 2^64-1 values, threads appearing mid-block),
+ * v1 -> split -> v1 byte-identical round trips through files, the index's
+ * seek by time, and rejection of every truncation and every bit flip of a
+ * split file's event stream with a rule and an offset.
+ */
+#include "../check.h"
+#include "codec_split.h"
+#include "mlz_format.h"
+#include "varint.h"
+
+#include <fcntl.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static char dir[64];
+static uint8_t wbuf[MLZ_SPLIT_MAX_RAW], zbuf[MLZ_LZ4_BOUND];
+
+static const char META[] =
+    "{\"stack_traces\":{\"0\":[{\"file_id\":0,\"line\":42,\"func_id\":0}],"
+    "\"1\":[{\"file_id\":0,\"line\":7,\"func_id\":0}]},"
+    "\"files\":{\"0\":\"/src/a.c\"},\"functions\":{\"0\":\"main\"},\"kind\":\"trace\",\"rate\":1}";
+
+/* ---------------------------------------------- v1 event bytes, by hand */
+
+typedef struct v1buf { uint8_t b[1 << 16]; size_t n; } v1buf;
+
+static void v1_alloc(v1buf *v, uint64_t dt, uint64_t addr, uint64_t size, uint64_t stack, uint16_t th)
+{
+    v->b[v->n++] = MLZ_EV_ALLOC;
+    v->n += mlz_varint_put(v->b + v->n, dt);
+    mlz_put_u64(v->b + v->n, addr); v->n += 8;
+    v->n += mlz_varint_put(v->b + v->n, size);
+    v->n += mlz_varint_put(v->b + v->n, stack);
+    mlz_put_u16(v->b + v->n, th); v->n += 2;
+}
+
+static void v1_free(v1buf *v, uint64_t dt, uint64_t addr)
+{
+    v->b[v->n++] = MLZ_EV_FREE;
+    v->n += mlz_varint_put(v->b + v->n, dt);
+    mlz_put_u64(v->b + v->n, addr); v->n += 8;
+}
+
+static void v1_gc(v1buf *v, uint64_t dt, uint64_t objects, uint64_t bytes)
+{
+    v->b[v->n++] = MLZ_EV_GC;
+    v->n += mlz_varint_put(v->b + v->n, dt);
+    v->n += mlz_varint_put(v->b + v->n, objects);
+    v->n += mlz_varint_put(v->b + v->n, bytes);
+}
+
+static void v1_ext(v1buf *v, uint8_t type, uint64_t dt, const char *s)
+{
+    v->b[v->n++] = type;
+    v->n += mlz_varint_put(v->b + v->n, dt);
+    size_t l = strlen(s);
+    v->n += mlz_varint_put(v->b + v->n, l);
+    memcpy(v->b + v->n, s, l);
+    v->n += l;
+}
+
+/* Encodes v, decodes the block, checks the v1 bytes come back; leaves the
+ * encoder's streams in enc for the caller to look at. */
+static int roundtrip(mlz_split_codec *enc, const v1buf *v)
+{
+    const uint8_t *blk;
+    long n = mlz_split_encode(enc, v->b, v->n, &blk);
+    if (n <= MLZ_SPLIT_HEADER) return -1;
+    uint8_t *copy = malloc((size_t)n);
+    memcpy(copy, blk, (size_t)n);
+    int rc = -1;
+    mlz_split_codec *dec = mlz_split_new(1);
+    char why[200];
+    int bad_kind;
+    static uint8_t out[MLZ_SPLIT_MAX_RAW];
+    if (mlz_get_u32(copy) == (uint64_t)n - MLZ_SPLIT_HEADER &&
+        mlz_get_u32(copy + 12) == mlz_split_crc(copy + MLZ_SPLIT_HEADER, (size_t)n - MLZ_SPLIT_HEADER) &&
+        !mlz_split_decode(dec, copy + MLZ_SPLIT_HEADER, (size_t)n - MLZ_SPLIT_HEADER, mlz_get_u32(copy + 4),
+                          why, sizeof why, &bad_kind)) {
+        const mlz_split_cols *c = mlz_split_columns(dec);
+        size_t len = mlz_split_to_v1(c, out);
+        if (len == v->n && c->raw_len == v->n && !memcmp(out, v->b, len)) rc = 0;
+    } else {
+        fprintf(stderr, "  decode: %s\n", why);
+    }
+    mlz_split_free(dec);
+    free(copy);
+    return rc;
+}
+
+static const uint8_t *stream(mlz_split_codec *c, int i, size_t *len) { return mlz_split_stream(c, i, len); }
+
+/* Reads value k of a number column. */
+static uint64_t col_at(const uint8_t *s, size_t len, uint32_t n, uint32_t k)
+{
+    unsigned w = s[0];
+    if (len != 1 + (size_t)w * n) return UINT64_MAX - 1;
+    uint64_t v = 0;
+    for (unsigned b = 0; b < w; b++) v |= (uint64_t)s[1 + (size_t)b * n + k] << (8 * b);
+    return v;
+}
+
+/* ------------------------------------------------------------- models */
+
+static void test_first_event_is_free_of_earlier_block(void)
+{
+    mlz_split_codec *c = mlz_split_new(3);
+    REQUIRE(c);
+    v1buf v = { .n = 0 };
+    v1_free(&v, 0, 0x7f0000001000ull);       /* born before this block */
+    v1_alloc(&v, 1, 0x7f0000002000ull, 32, 0, 1);
+    v1_free(&v, 1, 0x7f0000002000ull);
+    v1_free(&v, 1, 0x7f0000002000ull);       /* double free: not in the block's live set */
+    CHECK(roundtrip(c, &v) == 0);
+    size_t l;
+    const uint8_t *ref = stream(c, MLZ_S_FREE_REF, &l);
+    CHECK_EQ_U64(col_at(ref, l, 3, 0), 0);   /* literal */
+    CHECK_EQ_U64(col_at(ref, l, 3, 1), 1);   /* the latest allocation */
+    CHECK_EQ_U64(col_at(ref, l, 3, 2), 0);   /* freed already: literal */
+    const uint8_t *lit = stream(c, MLZ_S_FREE_LIT, &l);
+    CHECK_EQ_U64(col_at(lit, l, 2, 0), 2 * 0x7f0000001000ull);               /* zigzag from 0 */
+    CHECK_EQ_U64(col_at(lit, l, 2, 1), 2 * (0x7f0000002000ull - 0x7f0000001000ull));
+    mlz_split_free(c);
+}
+
+static void test_address_reuse_and_size_table(void)
+{
+    mlz_split_codec *c = mlz_split_new(3);
+    REQUIRE(c);
+    v1buf v = { .n = 0 };
+    v1_alloc(&v, 0, 0x1000, 48, 0, 7);
+    v1_alloc(&v, 0, 0x2000, 48, 0, 7);
+    v1_free(&v, 0, 0x1000);
+    v1_free(&v, 0, 0x2000);
+    v1_alloc(&v, 0, 0x2000, 48, 0, 7);       /* LIFO top: depth 1 */
+    v1_alloc(&v, 0, 0x1000, 48, 0, 7);       /* then depth 1 again */
+    v1_alloc(&v, 0, 0x3000, 48, 0, 7);       /* nothing freed left: literal */
+    v1_alloc(&v, 0, 0x3100, 64, 0, 7);
+    CHECK(roundtrip(c, &v) == 0);
+    size_t l;
+    const uint8_t *ac = stream(c, MLZ_S_ADDR_CODE, &l);
+    REQUIRE(l == 6);
+    CHECK(ac[0] == 0 && ac[1] == 0 && ac[2] == 1 && ac[3] == 1 && ac[4] == 0 && ac[5] == 0);
+    const uint8_t *lit = stream(c, MLZ_S_ADDR_LIT, &l);
+    CHECK_EQ_U64(col_at(lit, l, 4, 0), 2 * 0x1000);       /* from base 0 */
+    CHECK_EQ_U64(col_at(lit, l, 4, 1), 2 * 0x1000);       /* 0x2000 - 0x1000 */
+    CHECK_EQ_U64(col_at(lit, l, 4, 2), 2 * 0x2000);       /* 0x3000 - 0x1000 (previous of thread 7) */
+    CHECK_EQ_U64(col_at(lit, l, 4, 3), 2 * 0x100);
+    const uint8_t *sc = stream(c, MLZ_S_SIZE_CODE, &l);
+    REQUIRE(l == 6);
+    CHECK(sc[0] == 0 && sc[1] != 0 && sc[1] == sc[2] && sc[5] == 0);
+    stream(c, MLZ_S_SIZE_LIT, &l);
+    CHECK_EQ_U64(l, 1 + 2 * 1);                            /* two literals (48, 64), one byte each */
+    /* Frees name live objects from the end of the live list: 0x1000 is
+     * second from the end (2), then 0x2000 is the last (1). */
+    const uint8_t *ref = stream(c, MLZ_S_FREE_REF, &l);
+    CHECK_EQ_U64(col_at(ref, l, 2, 0), 2);
+    CHECK_EQ_U64(col_at(ref, l, 2, 1), 1);
+    /* A reused address of another size is found among the recently freed
+     * blocks of any size (rank 1), not in the size's LIFO. */
+    v1buf w = { .n = 0 };
+    v1_alloc(&w, 0, 0x1000, 48, 0, 1);
+    v1_free(&w, 0, 0x1000);
+    v1_alloc(&w, 0, 0x1000, 32, 0, 1);
+    CHECK(roundtrip(c, &w) == 0);
+    ac = stream(c, MLZ_S_ADDR_CODE, &l);
+    CHECK(l == 2 && ac[1] == MLZ_SPLIT_REUSE_DEPTH + 1);
+    mlz_split_free(c);
+}
+
+static void test_extreme_values(void)
+{
+    mlz_split_codec *c = mlz_split_new(3);
+    REQUIRE(c);
+    v1buf v = { .n = 0 };
+    const uint64_t M = UINT64_MAX;
+    v1_alloc(&v, M, M, M, M, 0xffff);
+    v1_alloc(&v, 0, 0, 0, 0, 0);
+    v1_free(&v, M, M);
+    v1_free(&v, 0, 0);
+    v1_free(&v, 1, M);                       /* literal deltas wrap around */
+    v1_gc(&v, M, M, M);
+    v1_ext(&v, 16 + 64, M, "");
+    v1_ext(&v, 127, 0, "payload");
+    v1_alloc(&v, 5, M - 1, M, 1, 0xffff);
+    CHECK(roundtrip(c, &v) == 0);
+    mlz_split_free(c);
+}
+
+static void test_threads_mid_block(void)
+{
+    mlz_split_codec *c = mlz_split_new(3);
+    REQUIRE(c);
+    v1buf v = { .n = 0 };
+    uint16_t th[] = { 1, 1, 2, 17, 1, 65535, 2, 33, 17 };   /* 1, 17 and 33 share a slot */
+    for (unsigned i = 0; i < sizeof th / sizeof th[0]; i++)
+        v1_alloc(&v, 1, 0x10000ull * th[i] + 64 * i, 16, 0, th[i]);
+    CHECK(roundtrip(c, &v) == 0);
+    size_t l;
+    const uint8_t *t = stream(c, MLZ_S_THREAD, &l);
+    CHECK_EQ_U64(col_at(t, l, 9, 0), 1);
+    CHECK_EQ_U64(col_at(t, l, 9, 1), 0);     /* same thread: XOR 0 */
+    CHECK_EQ_U64(col_at(t, l, 9, 5), 1 ^ 65535);
+    /* Thread 17 at index 8: its slot now remembers 33, so the base is the
+     * previous allocation (33's), not 17's. */
+    const uint8_t *lit = stream(c, MLZ_S_ADDR_LIT, &l);
+    uint64_t a7 = 0x10000ull * 33 + 64 * 7, a8 = 0x10000ull * 17 + 64 * 8;
+    CHECK_EQ_U64(col_at(lit, l, 9, 8), 2 * (a7 - a8) - 1);   /* zigzag of a negative step */
+    mlz_split_free(c);
+}
+
+static void test_random_blocks_roundtrip(void)
+{
+    mlz_split_codec *c = mlz_split_new(1);
+    REQUIRE(c);
+    uint64_t s = 42;
+    for (int round = 0; round < 20; round++) {
+        v1buf v = { .n = 0 };
+        uint64_t live[64] = { 0 };
+        while (v.n < sizeof v.b - 200) {
+            uint64_t r = check_rng(&s);
+            unsigned k = r & 63;
+            if (live[k] && (r & 0x100)) { v1_free(&v, r >> 60, live[k]); live[k] = 0; }
+            else if (r % 97 == 0) v1_gc(&v, 3, r >> 40, r >> 20);
+            else {
+                live[k] = 0x7f0000000000ull + ((r >> 20) & 0xffff0);
+                v1_alloc(&v, (r >> 8) & 3, live[k], 16 + ((r >> 30) & 1008), (r >> 50) & 1, (uint16_t)(r >> 58));
+            }
+        }
+        CHECK(roundtrip(c, &v) == 0);
+    }
+    mlz_split_free(c);
+}
+
+/* ------------------------------------------------------------ files */
+
+static char *path_of(const char *name)
+{
+    static char p[4][128];
+    static int i;
+    i = (i + 1) % 4;
+    snprintf(p[i], sizeof p[i], "%s/%s", dir, name);
+    return p[i];
+}
+
+static void *slurp(const char *p, size_t *n)
+{
+    int fd = open(p, O_RDONLY);
+    if (fd < 0) return NULL;
+    struct stat st;
+    fstat(fd, &st);
+    void *b = malloc((size_t)st.st_size + 1);
+    *n = (size_t)read(fd, b, (size_t)st.st_size);
+    close(fd);
+    return b;
+}
+
+/* Writes a sample trace (allocations, frees across blocks, markers). */
+/* every: end a block each `every` events (0: blocks as full as they go). */
+static void write_sample(const char *p, unsigned flags, uint64_t events, uint64_t every)
+{
+    static mlz_writer w;
+    mlz_writer_opts o = { .start_us = 1700000000000000ull, .meta = META, .meta_len = sizeof META - 1,
+                          .flags = flags, .replace = 1, .buf = wbuf, .buf_size = sizeof wbuf,
+                          .zbuf = zbuf, .zbuf_size = sizeof zbuf };
+    if (mlz_writer_open(&w, p, &o)) return;
+    uint64_t t = o.start_us, s = 7, live[256] = { 0 };
+    for (uint64_t i = 0; i < events; i++) {
+        uint64_t r = check_rng(&s);
+        t += r % 5;
+        if (every && i && i % every == 0) mlz_writer_end_block(&w);
+        unsigned k = (r >> 8) & 255;
+        if (i % 1000 == 999) mlz_writer_marker(&w, t, 0);
+        else if (live[k]) { mlz_writer_free(&w, t, live[k]); live[k] = 0; }
+        else {
+            live[k] = 0x7f0000000000ull + ((r >> 20) & 0xfffff0);
+            mlz_writer_alloc(&w, t, live[k], 16 + ((r >> 40) & 4095), (r >> 60) & 1, (uint16_t)(1 + (r >> 62)));
+        }
+    }
+    mlz_writer_close(&w);
+}
+
+/* Copies every event of in into a new file of the given flags. */
+static int convert(const char *in, const char *out, unsigned flags)
+{
+    mlz_error e;
+    mlz_reader *r = mlz_reader_open(in, MLZ_READ_NO_INDEX, &e);
+    if (!r) return -1;
+    static mlz_writer w;
+    const mlz_header *h = mlz_reader_header(r);
+    const mlz_meta *m = mlz_reader_meta(r);
+    mlz_writer_opts o = { .start_us = h->start_us, .meta = m->json, .meta_len = m->json_len, .flags = flags,
+                          .replace = 1, .buf = wbuf, .buf_size = sizeof wbuf, .zbuf = zbuf, .zbuf_size = sizeof zbuf };
+    if (mlz_writer_open(&w, out, &o)) { mlz_reader_close(r); return -1; }
+    mlz_writer_set_header_rest(&w, h->rest);
+    mlz_event ev;
+    int rc;
+    while ((rc = mlz_reader_next(r, &ev, &e)) == 1) mlz_writer_raw_event(&w, &ev);
+    mlz_reader_close(r);
+    if (rc < 0) { mlz_writer_abort(&w); return -1; }
+    return mlz_writer_close(&w);
+}
+
+static void test_v1_split_v1_identical(void)
+{
+    write_sample(path_of("a.mlyze"), 0, 300000, 0);
+    REQUIRE(convert(path_of("a.mlyze"), path_of("a.split"), MLZ_FLAG_SPLIT) == 0);
+    REQUIRE(convert(path_of("a.split"), path_of("b.mlyze"), 0) == 0);
+    size_t na, nb, ns;
+    uint8_t *a = slurp(path_of("a.mlyze"), &na), *b = slurp(path_of("b.mlyze"), &nb), *sp = slurp(path_of("a.split"), &ns);
+    REQUIRE(a && b && sp);
+    CHECK(na == nb && !memcmp(a, b, na));
+    CHECK(ns * 2 < na);                      /* and smaller, even on random data */
+    mlz_error e;
+    mlz_reader *r = mlz_reader_open(path_of("a.split"), 0, &e);
+    REQUIRE(r);
+    const mlz_header *h = mlz_reader_header(r);
+    CHECK(h->flags == (MLZ_FLAG_SEALED | MLZ_FLAG_SPLIT));
+    CHECK_EQ_U64(h->raw_len, na - MLZ_HEADER_SIZE - (sizeof META - 1));
+    CHECK(mlz_reader_has_index(r));          /* 300000 events: three blocks or more */
+    mlz_reader_close(r);
+    free(a); free(b); free(sp);
+}
+
+static void test_seek_by_time(void)
+{
+    write_sample(path_of("s.split"), MLZ_FLAG_SPLIT, 400000, 0);
+    mlz_error e;
+    mlz_reader *all = mlz_reader_open(path_of("s.split"), MLZ_READ_NO_INDEX, &e);
+    mlz_reader *r = mlz_reader_open(path_of("s.split"), 0, &e);
+    REQUIRE(all && r && mlz_reader_has_index(r));
+    uint64_t target = mlz_reader_header(r)->start_us + 600000;
+    mlz_event ev, want;
+    int found = 0;
+    while (mlz_reader_next(all, &want, &e) == 1)
+        if (want.time_us >= target) { found = 1; break; }
+    REQUIRE(found);
+    REQUIRE(mlz_reader_seek_time(r, target, &e) == 0);
+    REQUIRE(mlz_reader_next(r, &ev, &e) == 1);
+    CHECK_EQ_U64(ev.time_us, want.time_us);
+    CHECK_EQ_U64(ev.addr, want.addr);
+    CHECK(ev.type == want.type);
+    /* And the rest of the stream reads to its end without error. */
+    int rc;
+    while ((rc = mlz_reader_next(r, &ev, &e)) == 1) {}
+    CHECK(rc == 0);
+    mlz_reader_close(r);
+    mlz_reader_close(all);
+}
+
+/* Whole blocks as columns give the same events as reading one by one. */
+static void test_block_columns_match_events(void)
+{
+    write_sample(path_of("b.split"), MLZ_FLAG_SPLIT, 250000, 0);
+    mlz_error e;
+    mlz_reader *ev_r = mlz_reader_open(path_of("b.split"), MLZ_READ_NO_INDEX, &e);
+    mlz_reader *bl_r = mlz_reader_open(path_of("b.split"), MLZ_READ_NO_INDEX, &e);
+    REQUIRE(ev_r && bl_r);
+    mlz_block_view b;
+    mlz_event ev;
+    uint64_t n = 0, blocks = 0, mismatches = 0;
+    int rc;
+    while ((rc = mlz_reader_next_block(bl_r, &b, &e)) == 1) {
+        blocks++;
+        uint64_t t = b.base_us;
+        uint32_t ai = 0, fi = 0;
+        for (uint32_t i = 0; i < b.n; i++) {
+            if (mlz_reader_next(ev_r, &ev, &e) != 1) { mismatches++; break; }
+            t += b.delta[i];
+            n++;
+            if (ev.type != b.kind[i] || ev.time_us != t) mismatches++;
+            if (b.kind[i] == MLZ_EV_ALLOC) {
+                if (ev.addr != b.a_addr[ai] || ev.size != b.a_size[ai] || ev.stack_id != b.a_stack[ai] ||
+                    ev.thread != b.a_thread[ai]) mismatches++;
+                ai++;
+            } else if (b.kind[i] == MLZ_EV_FREE) {
+                if (ev.addr != b.f_addr[fi++]) mismatches++;
+            }
+        }
+    }
+    CHECK(rc == 0);
+    CHECK(blocks >= 2);
+    CHECK_EQ_U64(mismatches, 0);
+    CHECK(mlz_reader_next(ev_r, &ev, &e) == 0);
+    CHECK_EQ_U64(n, 250000);
+    mlz_reader_close(ev_r);
+    mlz_reader_close(bl_r);
+    /* Not a split file: refused. */
+    write_sample(path_of("b.v1"), 0, 10, 0);
+    mlz_reader *v = mlz_reader_open(path_of("b.v1"), 0, &e);
+    REQUIRE(v);
+    CHECK(mlz_reader_next_block(v, &b, &e) == -1);
+    mlz_reader_close(v);
+}
+
+/* Reads a whole file from memory, event by event and then (what memlyze
+ * validate does) block by block: 0 if both end cleanly, -1 if both report
+ * an error (rule and offset of the block path in *e), 1 if they disagree. */
+static int read_all(const uint8_t *b, size_t n, mlz_error *e)
+{
+    int rc1, rc2;
+    mlz_reader *r = mlz_reader_open_mem(b, n, 0, e);
+    if (!r) return -1;
+    mlz_event ev;
+    while ((rc1 = mlz_reader_next(r, &ev, e)) == 1) {}
+    mlz_reader_close(r);
+    r = mlz_reader_open_mem(b, n, 0, e);
+    if (!r) return 1;
+    mlz_block_view bv;
+    while ((rc2 = mlz_reader_next_block(r, &bv, e)) == 1) {}
+    mlz_reader_close(r);
+    return rc1 == rc2 ? rc1 : 1;
+}
+
+static void test_every_truncation_and_bit_flip(void)
+{
+    /* Small blocks (300 events each) so that several blocks are tested. */
+    write_sample(path_of("f.split"), MLZ_FLAG_SPLIT, 1500, 300);
+    size_t n;
+    uint8_t *b = slurp(path_of("f.split"), &n);
+    REQUIRE(b);
+    mlz_error e;
+    REQUIRE(read_all(b, n, &e) == 0);
+    size_t data = MLZ_HEADER_SIZE + sizeof META - 1;
+    int trunc_ok = 1, flip_ok = 1;
+    for (size_t len = 0; len < n; len++) {
+        memset(&e, 0, sizeof e);
+        if (read_all(b, len, &e) != -1 || e.rule == MLZ_RULE_IO || e.offset > n) {
+            if (trunc_ok) fprintf(stderr, "  truncation to %zu accepted\n", len);
+            trunc_ok = 0;
+        }
+    }
+    CHECK(trunc_ok);
+    uint64_t flips = 0;
+    for (size_t i = data; i < n; i++)
+        for (int bit = 0; bit < 8; bit++) {
+            b[i] ^= (uint8_t)(1 << bit);
+            memset(&e, 0, sizeof e);
+            if (read_all(b, n, &e) != -1 || e.rule == MLZ_RULE_IO || e.offset < data || e.offset >= n) {
+                if (flip_ok) fprintf(stderr, "  flip of bit %d at byte %zu accepted\n", bit, i);
+                flip_ok = 0;
+            }
+            b[i] ^= (uint8_t)(1 << bit);
+            flips++;
+        }
+    CHECK(flip_ok);
+    CHECK(flips > 1000);
+    /* Header flags: SPLIT and LZ4 together are refused (rule 2). */
+    b[20] |= MLZ_FLAG_LZ4;
+    CHECK(read_all(b, n, &e) == -1 && e.rule == MLZ_RULE_VERSION && e.offset == 20);
+    free(b);
+}
+
+int main(int argc, char **argv)
+{
+    CHECK_MAIN_INIT(argc, argv);
+    snprintf(dir, sizeof dir, "/tmp/mlz-test-split-XXXXXX");
+    if (!mkdtemp(dir)) return 1;
+    RUN(test_first_event_is_free_of_earlier_block);
+    RUN(test_address_reuse_and_size_table);
+    RUN(test_extreme_values);
+    RUN(test_threads_mid_block);
+    RUN(test_random_blocks_roundtrip);
+    RUN(test_v1_split_v1_identical);
+    RUN(test_seek_by_time);
+    RUN(test_block_columns_match_events);
+    RUN(test_every_truncation_and_bit_flip);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (system(cmd)) {}
+    CHECK_EXIT();
+}
