@@ -23,6 +23,7 @@ static const char usage[] =
     "writes the trace. The process is paused only while it is being set up.\n"
     "  -r, --rate BYTES      mean bytes between samples (default 512k; 1 = every allocation)\n"
     "  -o, --output FILE     the trace detach writes (default memlyze.PID.mlyze here)\n"
+    "      --seed N          draw the samples from seed N (reproducible runs, tests)\n"
     "      --unwind fp|dwarf stack unwinder in the target (default dwarf: also walks code\n"
     "                        built without frame pointers)\n"
     "      --timeout MS      give up waiting for a safe point after MS (default 5000)\n"
@@ -55,11 +56,12 @@ int main(int argc, char **argv)
     char payload[PATH_MAX] = "";
     mlz_cli o = { NULL, 5000, 15, 0, 0 };
     int flags = 0, c;
-    enum { O_UNWIND = MLZ_OPT_FIRST_OWN, O_PAYLOAD, O_SECCOMP };
+    unsigned long long seed = 0;
+    enum { O_UNWIND = MLZ_OPT_FIRST_OWN, O_PAYLOAD, O_SECCOMP, O_SEED };
     static const struct option opts[] = {
         { "rate", required_argument, 0, 'r' }, { "unwind", required_argument, 0, O_UNWIND },
         { "payload", required_argument, 0, O_PAYLOAD }, { "allow-seccomp", no_argument, 0, O_SECCOMP },
-        MLZ_CLI_OPTIONS };
+        { "seed", required_argument, 0, O_SEED }, MLZ_CLI_OPTIONS };
     while ((c = getopt_long(argc, argv, "r:o:vqh", opts, NULL)) != -1) {
         int k = mlz__cli_option(c, optarg, &o, &bad);
         if (k < 0) return die_usage(bad);
@@ -72,6 +74,7 @@ int main(int argc, char **argv)
             break;
         case O_PAYLOAD: snprintf(payload, sizeof payload, "%s", optarg); break;
         case O_SECCOMP: flags |= MLZ_PRE_ALLOW_SECCOMP; break;
+        case O_SEED: if (parse_bytes(optarg, &seed)) return die_usage("bad --seed"); break;
         case 'h': fputs(usage, stdout); return 0;
         default: return die_usage("bad option");
         }
@@ -131,7 +134,8 @@ int main(int argc, char **argv)
     /* Written before the start: a detach after we die must find the spool. */
     if ((rc = mlz__state_write(pid, &st))) goto fail;
     char config[8400];
-    snprintf(config, sizeof config, "rate=%llu;spool=%s;unwind=%s", rate, st.spool, unwind);
+    int cl = snprintf(config, sizeof config, "rate=%llu;spool=%s;unwind=%s", rate, st.spool, unwind);
+    if (seed && cl > 0 && (size_t)cl < sizeof config) snprintf(config + cl, sizeof config - (size_t)cl, ";seed=%llu", seed);
     rc = mlz__call_entry(&s.r, l.fn_attach, config, &ret, timeout_ms * 4);
     if (rc) goto fail;
     if (ret < 0) {

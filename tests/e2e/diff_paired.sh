@@ -29,7 +29,7 @@ session() {
     local pid=$!
     exec {w}>"$T/$name.in"
     wait_for "$T/$name.out" '^ready'
-    "$MEMLYZE" attach -q -o "$T/$name.trace.mlyze" "$pid" || echo "attach failed" >> "$T/$name.err"
+    "$MEMLYZE" attach -q --seed "$seed" -o "$T/$name.trace.mlyze" "$pid" || echo "attach failed" >> "$T/$name.err"
     echo >&$w
     wait_for "$T/$name.out" '^A' && "$MEMLYZE" snapshot -q -o "$T/$name.a.mlyze" "$pid" 2>> "$T/$name.err"
     echo >&$w
