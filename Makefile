@@ -24,7 +24,7 @@ O := build$(if $(SANITIZE),/san-$(subst $(comma),-,$(SANITIZE)))
 # symbols marked MLZ_EXPORT.
 CFLAGS  ?= -O2 -g
 CFLAGS  += -std=c11 -Wall -Wextra -Werror -D_GNU_SOURCE -fPIC -fvisibility=hidden -fno-omit-frame-pointer \
-           -MMD -MP -Iformat -Icore -Igotpatch -Ipayload -Iproc
+           -MMD -MP -Iformat -Icore -Igotpatch -Ipayload -Iproc $(addprefix -I,$(TOOL_DIRS))
 ifneq ($(SANITIZE),)
 CFLAGS  += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=all
 LDFLAGS += -fsanitize=$(SANITIZE)
@@ -42,7 +42,10 @@ CORE_OBJ   := $(patsubst %.c,$(O)/%.o,$(wildcard core/*.c))
 GOT_OBJ    := $(patsubst %.c,$(O)/%.o,$(wildcard gotpatch/*.c))
 PROC_OBJ   := $(patsubst %.c,$(O)/%.o,$(wildcard proc/*.c))
 PAYLOAD_OBJ:= $(patsubst %.c,$(O)/%.o,$(wildcard payload/*.c))
-READER_OBJ := $(patsubst %.c,$(O)/%.o,$(wildcard reader/*.c))
+# The memlyze command (reader/: cmd_NAME.c and main.c) and its libraries,
+# one folder per job.
+TOOL_DIRS  := reader report export import symbolize live heapgraph replay
+READER_OBJ := $(patsubst %.c,$(O)/%.o,$(wildcard $(addsuffix /*.c,$(TOOL_DIRS))))
 INJ_OBJ    := $(patsubst %.c,$(O)/%.o,$(filter-out %_main.c,$(wildcard injector/*.c)))
 UNIT_SRC   := $(wildcard tests/unit/test_*.c)
 UNIT_BIN   := $(patsubst tests/unit/%.c,$(O)/tests/%,$(UNIT_SRC))
@@ -138,8 +141,8 @@ $(O)/bench/%: $(O)/bench/%.o $(LIBS)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $< $(LIBS) $(SYSLIBS)
 
-# test_arc checks the .arc reader and writer of reader/.
-$(O)/tests/test_arc: $(O)/tests/unit/test_arc.o $(O)/reader/arc_read.o $(O)/reader/arc_write.o
+# test_arc checks the .arc reader and writer of heapgraph/.
+$(O)/tests/test_arc: $(O)/tests/unit/test_arc.o $(O)/heapgraph/arc_read.o $(O)/heapgraph/arc_write.o
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^
 
@@ -166,18 +169,18 @@ $(FUZZ_BIN): tests/fuzz/fuzz_reader.c $(wildcard format/*.c) $(wildcard format/*
 	    -o $@ tests/fuzz/fuzz_reader.c $(wildcard format/*.c) -ljansson -llz4 $(ZSTDLIB) -lz
 # The importers (dumpalloc, heaptrack) and the trace builder they fill.
 FUZZ_IMP_BIN := build/fuzz/fuzz_import
-FUZZ_IMP_SRC := reader/dumpalloc_read.c reader/heaptrack_read.c reader/import.c reader/import_trace.c \
-                reader/addrmap.c reader/errbuf.c
-$(FUZZ_IMP_BIN): tests/fuzz/fuzz_import.c $(FUZZ_IMP_SRC) $(wildcard format/*.c) $(wildcard reader/*.h)
+FUZZ_IMP_SRC := import/dumpalloc_read.c import/heaptrack_read.c import/import.c import/import_trace.c \
+                report/addrmap.c report/errbuf.c
+$(FUZZ_IMP_BIN): tests/fuzz/fuzz_import.c $(FUZZ_IMP_SRC) $(wildcard format/*.c) $(wildcard import/*.h report/*.h)
 	@mkdir -p $(@D)
-	clang -std=c11 -g -O1 -D_GNU_SOURCE -Iformat -Icore -Ireader -fsanitize=fuzzer,address,undefined \
+	clang -std=c11 -g -O1 -D_GNU_SOURCE -Iformat -Icore -Iimport -Ireport -fsanitize=fuzzer,address,undefined \
 	    -o $@ tests/fuzz/fuzz_import.c $(FUZZ_IMP_SRC) $(wildcard format/*.c) -ljansson -llz4 $(ZSTDLIB) -lz
 # The .arc reader (heap dumps) has its own target.
 FUZZ_ARC_BIN := build/fuzz/fuzz_arc
-$(FUZZ_ARC_BIN): tests/fuzz/fuzz_arc.c reader/arc_read.c reader/arc.h
+$(FUZZ_ARC_BIN): tests/fuzz/fuzz_arc.c heapgraph/arc_read.c heapgraph/arc.h
 	@mkdir -p $(@D)
-	clang -std=c11 -g -O1 -D_GNU_SOURCE -Ireader -fsanitize=fuzzer,address,undefined \
-	    -o $@ tests/fuzz/fuzz_arc.c reader/arc_read.c
+	clang -std=c11 -g -O1 -D_GNU_SOURCE -Iheapgraph -fsanitize=fuzzer,address,undefined \
+	    -o $@ tests/fuzz/fuzz_arc.c heapgraph/arc_read.c
 # Seeds are kept as dump text (reviewable) and turned into binaries here;
 # the .arc seeds are the hand-made rule cases. FUZZ_SECONDS is shared: half
 # for the .mlyze reader, a quarter each for the importers and the .arc reader.

@@ -5,7 +5,7 @@
  *
  * One library for every tool that looks into another process without a
  * debugger: memlyze-attach/-detach (injector/), memlyze snapshot, watch and
- * serve (reader/snapshot.c). So they all find the payload, open a module's
+ * serve (live/snapshot.c). So they all find the payload, open a module's
  * file and read a symbol the same way, as root and as an ordinary user.
  * Nothing here stops or ptraces the process.
  *

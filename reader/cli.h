@@ -5,6 +5,8 @@
 #ifndef MLZ_CLI_H
 #define MLZ_CLI_H
 
+#include "report.h"
+
 #include "mlz_format.h"
 
 #include <stdio.h>
@@ -42,5 +44,20 @@ extern const mlz_command cmd_heapdump, cmd_leakcheck, cmd_retainers;
 /* memlyze top --retained (cmd_top_retained.c). */
 int top_retained_run(int argc, char **argv);
 extern const mlz_command cmd_convert;
+
+/* ---- cli_io.c */
+/* Opens path and replays it up to `at` into *p; on failure prints one line
+ * (naming cmd and path) and returns 1 with nothing left open. */
+int  cli_load(const char *cmd, const char *path, const rep_at *at, mlz_reader **r, prof *p);
+void cli_unload(mlz_reader *r, prof *p);
+
+/* Output to a file that appears under its name only when complete ("-" or
+ * NULL: stdout). cli_out_close renames into place when ok, else removes. */
+typedef struct cli_out {
+    FILE *f;
+    char *path, *tmp;
+} cli_out;
+int  cli_out_open(const char *cmd, const char *path, cli_out *o);
+int  cli_out_close(const char *cmd, cli_out *o, int ok);   /* 0, or 1 after printing why */
 
 #endif

@@ -85,11 +85,11 @@ typedef struct side {
 
 static int load(const char *path, const rep_at *at, dtab *t, int which, side *s)
 {
-    if (rep_load("diff", path, at, &s->r, &s->p)) return -1;
+    if (cli_load("diff", path, at, &s->r, &s->p)) return -1;
     s->ids = malloc((s->p.nsites ? s->p.nsites : 1) * sizeof *s->ids);
     if (!s->ids || collect(t, &s->p, which, s->ids)) {
         free(s->ids);
-        rep_unload(s->r, &s->p);
+        cli_unload(s->r, &s->p);
         cli_error("diff", "out of memory");
         return -1;
     }
@@ -99,7 +99,7 @@ static int load(const char *path, const rep_at *at, dtab *t, int which, side *s)
 static void unload(side *s)
 {
     free(s->ids);
-    rep_unload(s->r, &s->p);
+    cli_unload(s->r, &s->p);
 }
 
 /* Paired growth: every born sample adds, every died one subtracts, and

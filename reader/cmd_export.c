@@ -161,16 +161,16 @@ static int run(int argc, char **argv)
     const char *path = argv[optind];
     mlz_reader *r;
     prof p;
-    if (rep_load("export", path, &at, &r, &p)) return 1;
+    if (cli_load("export", path, &at, &r, &p)) return 1;
     j.path = path;
     j.p = &p;
     j.start_us = mlz_reader_header(r)->start_us;
     j.until_us = rep_at_until(&at, j.start_us);
     j.moment_us = at.s ? j.until_us : p.last_us;
 
-    rep_out o;
-    if (rep_out_open("export", out, &o)) {
-        rep_unload(r, &p);
+    cli_out o;
+    if (cli_out_open("export", out, &o)) {
+        cli_unload(r, &p);
         return 1;
     }
     char err[256] = "";
@@ -179,8 +179,8 @@ static int run(int argc, char **argv)
     j.errlen = sizeof err;
     int rc = fmt->write(&j);
     if (rc) cli_error("export", "%s", err);
-    int crc = rep_out_close("export", &o, rc == 0);
-    rep_unload(r, &p);
+    int crc = cli_out_close("export", &o, rc == 0);
+    cli_unload(r, &p);
     return rc || crc ? 1 : 0;
 }
 

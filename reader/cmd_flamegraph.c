@@ -83,11 +83,11 @@ static int run(int argc, char **argv)
     st_frames frames;
     st_tree t = { 0 }, tb = { 0 };
     int rc = 1, have_base = 0;
-    if (rep_load("flamegraph", path, &at, &r, &p)) return 1;
+    if (cli_load("flamegraph", path, &at, &r, &p)) return 1;
     if (diff) {
         /* The base is read whole: it is the earlier snapshot or trace. */
-        if (rep_load("flamegraph", diff, NULL, &rb, &pb)) {
-            rep_unload(r, &p);
+        if (cli_load("flamegraph", diff, NULL, &rb, &pb)) {
+            cli_unload(r, &p);
             return 1;
         }
         have_base = 1;
@@ -125,18 +125,18 @@ static int run(int argc, char **argv)
         addf(sub, sizeof sub, &n, "; red grew, blue shrank since %s; widths are %s", base_name(diff), base_name(path));
 
     fg_opts o = { title, sub, m, html, (int)width, sampled, have_base ? &tb : NULL, have_base ? base_name(diff) : NULL };
-    rep_out ro;
-    if (rep_out_open("flamegraph", out, &ro)) goto out_trees;
+    cli_out ro;
+    if (cli_out_open("flamegraph", out, &ro)) goto out_trees;
     int wrc = fg_write(ro.f, &t, &o);
     if (wrc) cli_error("flamegraph", "out of memory");
-    rc = rep_out_close("flamegraph", &ro, wrc == 0) || wrc ? 1 : 0;
+    rc = cli_out_close("flamegraph", &ro, wrc == 0) || wrc ? 1 : 0;
 out_trees:
     st_tree_free(&t);
     if (have_base) st_tree_free(&tb);
     st_frames_free(&frames);
 out_profiles:
-    rep_unload(r, &p);
-    if (have_base) rep_unload(rb, &pb);
+    cli_unload(r, &p);
+    if (have_base) cli_unload(rb, &pb);
     return rc;
 }
 

@@ -42,13 +42,13 @@ static int add_source(sv_state *s, const char *path, const char *name)
     }
     sv_source *x = &s->src[s->n];
     memset(x, 0, sizeof *x);
-    if (rep_load("serve", path, NULL, &x->r, &x->p)) return 1;
+    if (cli_load("serve", path, NULL, &x->r, &x->p)) return 1;
     x->path = strdup(path);
     x->name = strdup(name);
     if (!x->path || !x->name) {
         free(x->path);
         free(x->name);
-        rep_unload(x->r, &x->p);
+        cli_unload(x->r, &x->p);
         return cli_error("serve", "out of memory");
     }
     x->trace = x->p.meta->kind && !strcmp(x->p.meta->kind, "trace");
@@ -111,7 +111,7 @@ static int open_view(sv_state *s, int ix, const char *t, sv_view *v, char *msg, 
         snprintf(msg, len, "'%.40s' is not a time (seconds since the start, or microseconds)", t);
         return 400;
     }
-    if (rep_load("serve", s->src[ix].path, &at, &v->r, &v->tmp)) {
+    if (cli_load("serve", s->src[ix].path, &at, &v->r, &v->tmp)) {
         snprintf(msg, len, "cannot read %s at %s (see the server's output)", s->src[ix].name, t);
         return 400;
     }
@@ -122,7 +122,7 @@ static int open_view(sv_state *s, int ix, const char *t, sv_view *v, char *msg, 
 
 static void close_view(sv_view *v)
 {
-    if (v->r) rep_unload(v->r, &v->tmp);
+    if (v->r) cli_unload(v->r, &v->tmp);
     v->r = NULL;
 }
 
@@ -234,7 +234,7 @@ static enum MHD_Result answer(void *cls, struct MHD_Connection *c, const char *u
 static void cleanup(sv_state *s)
 {
     for (size_t i = 0; i < s->n; i++) {
-        rep_unload(s->src[i].r, &s->src[i].p);
+        cli_unload(s->src[i].r, &s->src[i].p);
         if (s->pid && !strncmp(s->src[i].path, s->dir, strlen(s->dir))) unlink(s->src[i].path);
         free(s->src[i].path);
         free(s->src[i].name);

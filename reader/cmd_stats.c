@@ -19,7 +19,7 @@ static int run(int argc, char **argv)
     if (argc != 2) return cli_usage_error(&cmd_stats, argc < 2 ? "no file given" : "one file at a time");
     mlz_reader *r;
     prof p;
-    if (rep_load("stats", argv[1], NULL, &r, &p)) return 1;
+    if (cli_load("stats", argv[1], NULL, &r, &p)) return 1;
     const mlz_header *h = mlz_reader_header(r);
     const mlz_meta *m = p.meta;
     static const char *names[] = { "alloc", "free", "gc", "marker", "extension" };
@@ -62,7 +62,7 @@ static int run(int argc, char **argv)
     char loss[256];
     if (mlz_loss_describe(ctr, loss, sizeof loss)) printf("warning:         %s\n", loss);
     if (p.unmatched_frees) printf("unmatched frees: %llu (of allocations not recorded)\n", (unsigned long long)p.unmatched_frees);
-    rep_unload(r, &p);
+    cli_unload(r, &p);
     return 0;
 }
 

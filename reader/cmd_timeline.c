@@ -258,11 +258,11 @@ static int run(int argc, char **argv)
         return 1;
     }
 
-    rep_out o;
+    cli_out o;
     int rc = 1;
-    if (rep_out_open("timeline", out, &o)) goto done;
+    if (cli_out_open("timeline", out, &o)) goto done;
     tl_write_svg(o.f, h, path, title, width, height);
-    rc = rep_out_close("timeline", &o, 1);
+    rc = cli_out_close("timeline", &o, 1);
 done:
     hs_free(h);
     free(h);

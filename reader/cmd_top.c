@@ -111,7 +111,7 @@ static int run(int argc, char **argv)
     const char *path = argv[optind];
     mlz_reader *r;
     prof p;
-    if (rep_load("top", path, &at, &r, &p)) return 1;
+    if (cli_load("top", path, &at, &r, &p)) return 1;
 
     prof_site **order = malloc((p.nsites ? p.nsites : 1) * sizeof *order);
     size_t k = 0;
@@ -161,7 +161,7 @@ static int run(int argc, char **argv)
         putchar('\n');
         json_decref(root);
         free(order);
-        rep_unload(r, &p);
+        cli_unload(r, &p);
         return 0;
     }
 
@@ -206,7 +206,7 @@ static int run(int argc, char **argv)
     }
     if (k == 0) printf("(no allocation sites)\n");
     free(order);
-    rep_unload(r, &p);
+    cli_unload(r, &p);
     return 0;
 }
 

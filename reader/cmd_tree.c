@@ -105,7 +105,7 @@ static int run(int argc, char **argv)
     const char *path = argv[optind];
     mlz_reader *r;
     prof p;
-    if (rep_load("tree", path, &at, &r, &p)) return 1;
+    if (cli_load("tree", path, &at, &r, &p)) return 1;
     tree t = { 0 };
     t.cap = 1024;
     t.v = calloc((size_t)t.cap, sizeof *t.v);
@@ -141,7 +141,7 @@ static int run(int argc, char **argv)
     print(&t, 0, 0, total);
     for (int i = 0; i < t.n; i++) free(t.v[i].name);
     free(t.v);
-    rep_unload(r, &p);
+    cli_unload(r, &p);
     return 0;
 }
 

@@ -81,7 +81,7 @@ INFO_FMT, INFO_SIZE, INFO_OFFSETS = _c_layout(_INFO_FIELDS)
 _INFO_NAMES = [name for name, _ in _INFO_FIELDS]
 
 HEAP_EMPTY, HEAP_RESERVED, HEAP_TOMBSTONE = 0, 1, (1 << 64) - 1
-MAX_STACK_READ = 256          # as reader/snapshot.c: deeper records are not trusted
+MAX_STACK_READ = 256          # as live/snapshot.c: deeper records are not trusted
 MASK64 = (1 << 64) - 1
 
 
@@ -234,7 +234,7 @@ class Payload(object):
         """Every consistent published entry of the heap map, oldest first,
         as tuples (time_ns, key, size, stack_id, tid), plus the slot counts.
         The target is stopped (or a core): an inconsistent entry was caught
-        mid-update and is skipped, as reader/snapshot.c does after its
+        mid-update and is skipped, as live/snapshot.c does after its
         re-reads."""
         i = self.i
         es, cap = i["entry_size"], self.mask + 1
@@ -316,7 +316,7 @@ def find_module(mods, pc):
 
 
 def unknown_frame(pc, m):
-    """The name of a frame nothing resolves, as reader/symbolize.c spells it."""
+    """The name of a frame nothing resolves, as symbolize/symbolize.c spells it."""
     if m is None:
         return "0x%x" % pc
     return "%s+0x%x" % (m.path.rsplit("/", 1)[-1], (pc - m.bias) & MASK64)
@@ -324,7 +324,7 @@ def unknown_frame(pc, m):
 
 class Snapshot(object):
     """The live sampled heap: entries, their stacks and their symbols, in
-    the order reader/snapshot.c + finalize.c produce them."""
+    the order live/snapshot.c + finalize.c produce them."""
 
     def __init__(self, target, payload):
         self.t, self.p = target, payload
@@ -506,7 +506,7 @@ def cmd_snapshot(target, payload, path):
 
 
 # ---------------------------------------------------------------------------
-# Top sites, with Horvitz-Thompson estimates (core/sampler.c, reader/profile.c)
+# Top sites, with Horvitz-Thompson estimates (core/sampler.c, report/profile.c)
 # ---------------------------------------------------------------------------
 
 def sample_prob(size, rate):
@@ -530,7 +530,7 @@ def fmt_bytes(b):
 
 
 def frame_name(f, fi, ln, inl):
-    """prof_frame_name() of reader/profile.c."""
+    """prof_frame_name() of report/profile.c."""
     base = fi.rsplit("/", 1)[-1]
     if base and ln:
         return "%s (%s:%d)%s" % (f, base, ln, " [inlined]" if inl else "")

@@ -1,5 +1,5 @@
 /*
- * fuzz_arc.c - libFuzzer target for the .arc reader (reader/arc_read.c):
+ * fuzz_arc.c - libFuzzer target for the .arc reader (heapgraph/arc_read.c):
  * any byte string must parse or be rejected with a rule and an offset
  * inside the input, never crash, hang or trip a sanitizer. A stream that
  * parses is walked the way the heap graph walks it. Seeds: the hand-made

@@ -1,9 +1,9 @@
 /*
- * test_addrset.c - reader/addrset.c (finalize's live set across an exec)
+ * test_addrset.c - report/addrset.c (finalize's live set across an exec)
  * against a plain array model under random puts and deletes with reuse.
  */
 #include "../check.h"
-#include "../../reader/addrset.c"
+#include "../../report/addrset.c"
 
 typedef struct { uint64_t size; int live; } model_t;
 #define NADDR 5000

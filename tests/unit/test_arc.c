@@ -1,11 +1,11 @@
 /*
- * test_arc.c - the .arc writer and reader (reader/arc_write.c, arc_read.c)
+ * test_arc.c - the .arc writer and reader (heapgraph/arc_write.c, arc_read.c)
  * against the seed's encoding: ids aligned to their class, headers that
  * decode back with the seed's formula, the bitmap-length decision, and
  * streams written here read back with every pointer resolved.
  */
 #include "../check.h"
-#include "../../reader/arc.h"
+#include "../../heapgraph/arc.h"
 
 static uint64_t seed_decode_id(uint64_t p)     /* the seed's two lines */
 {

@@ -1,12 +1,12 @@
 /*
- * test_pairdiff.c - the paired diff estimator (reader/pairdiff.c) on
+ * test_pairdiff.c - the paired diff estimator (report/pairdiff.c) on
  * hand-made snapshot pairs: shared samples cancel, born and died ones
  * count, an address reused by another object is a death and a birth, and
  * the interval is exact zero with no change, normal with many samples,
  * and skewed upwards with few.
  */
 #include "../check.h"
-#include "../../reader/pairdiff.h"
+#include "../../report/pairdiff.h"
 #include "sampler.h"
 
 #include <math.h>

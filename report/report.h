@@ -33,25 +33,11 @@ typedef struct rep_at {
 int      rep_parse_at(const char *s, rep_at *at);   /* 0, or -1 on bad syntax */
 uint64_t rep_at_until(const rep_at *at, uint64_t start_us);   /* UINT64_MAX when unset */
 
-/* Opens path and replays it up to `at` into *p; on failure prints one line
- * (naming cmd and path) and returns 1 with nothing left open. */
-int  rep_load(const char *cmd, const char *path, const rep_at *at, mlz_reader **r, prof *p);
-void rep_unload(mlz_reader *r, prof *p);
-
 /* The function's name, "??" when unknown. */
 const char *rep_func(const mlz_meta *m, const mlz_frame *f);
 /* The frame's runtime address: the module's load bias + its module-relative
  * address (finalize stores pc - bias); 0 when unknown. */
 uint64_t rep_frame_pc(const mlz_meta *m, const mlz_frame *f);
 uint64_t rep_module_bias(const mlz_meta *m, size_t module);
-
-/* Output to a file that appears under its name only when complete ("-" or
- * NULL: stdout). rep_out_close renames into place when ok, else removes. */
-typedef struct rep_out {
-    FILE *f;
-    char *path, *tmp;
-} rep_out;
-int  rep_out_open(const char *cmd, const char *path, rep_out *o);
-int  rep_out_close(const char *cmd, rep_out *o, int ok);   /* 0, or 1 after printing why */
 
 #endif
