@@ -14,19 +14,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int merr(mlz_error *e, int rule, uint64_t off, const char *fmt, ...)
-{
-    if (e) {
-        e->rule = rule;
-        e->offset = off;
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(e->msg, sizeof e->msg, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
-
 /* Ids are canonical decimal strings: "0", "17"; no sign, no leading zero. */
 static int parse_id(const char *s, uint64_t *out)
 {
@@ -61,17 +48,17 @@ static int load_strings(json_t *obj, const char *name, uint64_t **ids, char ***s
     idstr *tmp = calloc(cnt ? cnt : 1, sizeof *tmp);
     *ids = calloc(cnt ? cnt : 1, sizeof **ids);
     *strs = calloc(cnt ? cnt : 1, sizeof **strs);
-    if (!tmp || !*ids || !*strs) { free(tmp); return merr(err, MLZ_RULE_IO, 0, "out of memory"); }
+    if (!tmp || !*ids || !*strs) { free(tmp); return mlz__error_set(err, MLZ_RULE_IO, 0, "out of memory"); }
     const char *key;
     json_t *v;
     int rc = 0;
     json_object_foreach(obj, key, v) {
         if (parse_id(key, &tmp[i].id))
-            rc = merr(err, MLZ_RULE_METADATA, MLZ_HEADER_SIZE, "%s key \"%.40s\" is not a decimal id", name, key);
+            rc = mlz__error_set(err, MLZ_RULE_METADATA, MLZ_HEADER_SIZE, "%s key \"%.40s\" is not a decimal id", name, key);
         else if (!json_is_string(v))
-            rc = merr(err, MLZ_RULE_METADATA, MLZ_HEADER_SIZE, "%s[\"%s\"] is not a string", name, key);
+            rc = mlz__error_set(err, MLZ_RULE_METADATA, MLZ_HEADER_SIZE, "%s[\"%s\"] is not a string", name, key);
         else if (!(tmp[i].s = strdup(json_string_value(v))))
-            rc = merr(err, MLZ_RULE_IO, 0, "out of memory");
+            rc = mlz__error_set(err, MLZ_RULE_IO, 0, "out of memory");
         if (rc) {
             while (i > 0) free(tmp[--i].s);
             free(tmp);
@@ -133,30 +120,30 @@ static int load_frames(mlz_meta *m, json_t *arr, mlz_stack *st, const char *key,
 {
     st->depth = (uint32_t)json_array_size(arr);
     st->frames = calloc(st->depth ? st->depth : 1, sizeof *st->frames);
-    if (!st->frames) return merr(err, MLZ_RULE_IO, 0, "out of memory");
+    if (!st->frames) return mlz__error_set(err, MLZ_RULE_IO, 0, "out of memory");
     for (uint32_t i = 0; i < st->depth; i++) {
         json_t *f = json_array_get(arr, i);
         mlz_frame *fr = &st->frames[i];
         uint64_t file, line, func, mod = 0, addr = 0;
         if (!json_is_object(f) || get_uint(f, "file_id", &file, 1) || get_uint(f, "line", &line, 1) ||
             get_uint(f, "func_id", &func, 1) || line > UINT32_MAX)
-            return merr(err, MLZ_RULE_METADATA, MLZ_HEADER_SIZE,
+            return mlz__error_set(err, MLZ_RULE_METADATA, MLZ_HEADER_SIZE,
                         "stack_traces[\"%s\"][%u] needs non-negative integers file_id, line, func_id", key, i);
         int hm = get_uint(f, "module", &mod, 0), ha = get_uint(f, "addr", &addr, 0);
         json_t *inl = json_object_get(f, "inline");
         if (hm < 0 || ha < 0 || (inl && !json_is_boolean(inl)))
-            return merr(err, MLZ_RULE_METADATA, MLZ_HEADER_SIZE,
+            return mlz__error_set(err, MLZ_RULE_METADATA, MLZ_HEADER_SIZE,
                         "stack_traces[\"%s\"][%u] has a malformed module, addr or inline", key, i);
         if (find_id(m->file_ids, m->nfiles, file) < 0)
-            return merr(err, MLZ_RULE_REFERENCE, MLZ_HEADER_SIZE,
+            return mlz__error_set(err, MLZ_RULE_REFERENCE, MLZ_HEADER_SIZE,
                         "stack_traces[\"%s\"][%u] names file %llu, which is not in files", key, i,
                         (unsigned long long)file);
         if (find_id(m->func_ids, m->nfunctions, func) < 0)
-            return merr(err, MLZ_RULE_REFERENCE, MLZ_HEADER_SIZE,
+            return mlz__error_set(err, MLZ_RULE_REFERENCE, MLZ_HEADER_SIZE,
                         "stack_traces[\"%s\"][%u] names function %llu, which is not in functions", key, i,
                         (unsigned long long)func);
         if (hm == 0 && mod >= m->nmodules)
-            return merr(err, MLZ_RULE_REFERENCE, MLZ_HEADER_SIZE,
+            return mlz__error_set(err, MLZ_RULE_REFERENCE, MLZ_HEADER_SIZE,
                         "stack_traces[\"%s\"][%u] names module %llu, which is not in modules", key, i,
                         (unsigned long long)mod);
         fr->file_id = (uint32_t)file;
@@ -166,27 +153,27 @@ static int load_frames(mlz_meta *m, json_t *arr, mlz_stack *st, const char *key,
         fr->addr = addr;
         fr->inlined = inl && json_is_true(inl);
         if (file > UINT32_MAX || func > UINT32_MAX)
-            return merr(err, MLZ_RULE_METADATA, MLZ_HEADER_SIZE, "stack_traces[\"%s\"][%u] id too large", key, i);
+            return mlz__error_set(err, MLZ_RULE_METADATA, MLZ_HEADER_SIZE, "stack_traces[\"%s\"][%u] id too large", key, i);
     }
     return 0;
 }
 
 static int load_modules(mlz_meta *m, json_t *arr, mlz_error *err)
 {
-    if (!json_is_array(arr)) return merr(err, MLZ_RULE_METADATA, MLZ_HEADER_SIZE, "modules is not an array");
+    if (!json_is_array(arr)) return mlz__error_set(err, MLZ_RULE_METADATA, MLZ_HEADER_SIZE, "modules is not an array");
     m->nmodules = json_array_size(arr);
     m->modules = calloc(m->nmodules ? m->nmodules : 1, sizeof *m->modules);
-    if (!m->modules) return merr(err, MLZ_RULE_IO, 0, "out of memory");
+    if (!m->modules) return mlz__error_set(err, MLZ_RULE_IO, 0, "out of memory");
     for (size_t i = 0; i < m->nmodules; i++) {
         json_t *o = json_array_get(arr, i), *p = json_object_get(o, "path"), *b = json_object_get(o, "build_id");
         mlz_meta_module *mod = &m->modules[i];
         if (!json_is_object(o) || !json_is_string(p) || (b && !json_is_string(b)) ||
             get_uint(o, "base", &mod->base, 1) || get_uint(o, "size", &mod->size, 0) < 0)
-            return merr(err, MLZ_RULE_METADATA, MLZ_HEADER_SIZE,
+            return mlz__error_set(err, MLZ_RULE_METADATA, MLZ_HEADER_SIZE,
                         "modules[%zu] needs a string path, integer base, optional size and build_id", i);
         mod->path = strdup(json_string_value(p));
         mod->build_id = b ? strdup(json_string_value(b)) : NULL;
-        if (!mod->path || (b && !mod->build_id)) return merr(err, MLZ_RULE_IO, 0, "out of memory");
+        if (!mod->path || (b && !mod->build_id)) return mlz__error_set(err, MLZ_RULE_IO, 0, "out of memory");
     }
     return 0;
 }
@@ -196,7 +183,7 @@ int mlz_meta_parse(mlz_meta *m, const char *json, size_t len, mlz_error *err)
     memset(m, 0, sizeof *m);
     m->pid = -1;
     m->json = malloc(len + 1);
-    if (!m->json) return merr(err, MLZ_RULE_IO, 0, "out of memory");
+    if (!m->json) return mlz__error_set(err, MLZ_RULE_IO, 0, "out of memory");
     memcpy(m->json, json, len);
     m->json[len] = 0;
     m->json_len = len;
@@ -204,31 +191,31 @@ int mlz_meta_parse(mlz_meta *m, const char *json, size_t len, mlz_error *err)
     json_error_t je;
     json_t *root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &je);
     if (!root)
-        return merr(err, MLZ_RULE_METADATA, MLZ_HEADER_SIZE + (uint64_t)(je.position > 0 ? je.position : 0),
+        return mlz__error_set(err, MLZ_RULE_METADATA, MLZ_HEADER_SIZE + (uint64_t)(je.position > 0 ? je.position : 0),
                     "metadata is not valid JSON: %s", je.text);
     m->root = root;
     if (!json_is_object(root))
-        return merr(err, MLZ_RULE_METADATA, MLZ_HEADER_SIZE, "metadata is not a JSON object");
+        return mlz__error_set(err, MLZ_RULE_METADATA, MLZ_HEADER_SIZE, "metadata is not a JSON object");
 
     json_t *st = json_object_get(root, "stack_traces"), *files = json_object_get(root, "files"),
            *funcs = json_object_get(root, "functions");
     if (!json_is_object(st) || !json_is_object(files) || !json_is_object(funcs))
-        return merr(err, MLZ_RULE_METADATA, MLZ_HEADER_SIZE,
+        return mlz__error_set(err, MLZ_RULE_METADATA, MLZ_HEADER_SIZE,
                     "metadata needs objects \"stack_traces\", \"files\" and \"functions\"");
 
     json_t *v;
     if ((v = json_object_get(root, "kind"))) {
-        if (!json_is_string(v)) return merr(err, MLZ_RULE_METADATA, MLZ_HEADER_SIZE, "kind is not a string");
+        if (!json_is_string(v)) return mlz__error_set(err, MLZ_RULE_METADATA, MLZ_HEADER_SIZE, "kind is not a string");
         m->kind = json_string_value(v);
     }
     if (get_uint(root, "rate", &m->rate, 0) < 0)
-        return merr(err, MLZ_RULE_METADATA, MLZ_HEADER_SIZE, "rate is not a non-negative integer");
+        return mlz__error_set(err, MLZ_RULE_METADATA, MLZ_HEADER_SIZE, "rate is not a non-negative integer");
     if ((v = json_object_get(root, "pid"))) {
-        if (!json_is_integer(v)) return merr(err, MLZ_RULE_METADATA, MLZ_HEADER_SIZE, "pid is not an integer");
+        if (!json_is_integer(v)) return mlz__error_set(err, MLZ_RULE_METADATA, MLZ_HEADER_SIZE, "pid is not an integer");
         m->pid = json_integer_value(v);
     }
     if ((v = json_object_get(root, "exe"))) {
-        if (!json_is_string(v)) return merr(err, MLZ_RULE_METADATA, MLZ_HEADER_SIZE, "exe is not a string");
+        if (!json_is_string(v)) return mlz__error_set(err, MLZ_RULE_METADATA, MLZ_HEADER_SIZE, "exe is not a string");
         m->exe = json_string_value(v);
     }
     if ((v = json_object_get(root, "modules")) && load_modules(m, v, err)) return -1;
@@ -239,13 +226,13 @@ int mlz_meta_parse(mlz_meta *m, const char *json, size_t len, mlz_error *err)
 
     size_t ns = json_object_size(st), i = 0;
     m->stacks = calloc(ns ? ns : 1, sizeof *m->stacks);
-    if (!m->stacks) return merr(err, MLZ_RULE_IO, 0, "out of memory");
+    if (!m->stacks) return mlz__error_set(err, MLZ_RULE_IO, 0, "out of memory");
     const char *key;
     json_object_foreach(st, key, v) {
         if (parse_id(key, &m->stacks[i].id))
-            return merr(err, MLZ_RULE_METADATA, MLZ_HEADER_SIZE, "stack_traces key \"%.40s\" is not a decimal id", key);
+            return mlz__error_set(err, MLZ_RULE_METADATA, MLZ_HEADER_SIZE, "stack_traces key \"%.40s\" is not a decimal id", key);
         if (!json_is_array(v))
-            return merr(err, MLZ_RULE_METADATA, MLZ_HEADER_SIZE, "stack_traces[\"%s\"] is not an array", key);
+            return mlz__error_set(err, MLZ_RULE_METADATA, MLZ_HEADER_SIZE, "stack_traces[\"%s\"] is not an array", key);
         m->nstacks = i + 1;
         if (load_frames(m, v, &m->stacks[i], key, err)) return -1;
         i++;

@@ -64,6 +64,9 @@ typedef struct mlz_header {
 typedef struct mlz_error mlz_error;
 void mlz_header_encode(const mlz_header *h, uint8_t out[MLZ_HEADER_SIZE]);
 /* Checks rules 1 and 2 (magic, version, known flags); 0 or -1 with *err. */
+/* Fills *e (when not NULL) with the rule, byte offset and message; returns
+ * -1. The one error setter of the format library. */
+int  mlz__error_set(mlz_error *e, int rule, uint64_t off, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 int  mlz_header_decode(const uint8_t in[MLZ_HEADER_SIZE], mlz_header *h, mlz_error *err);
 
 typedef struct mlz_event {

@@ -72,7 +72,7 @@ const char *mlz_rule_name(int rule)
     return rule >= 0 && rule <= 7 ? names[rule] : "unknown rule";
 }
 
-static int seterr(mlz_error *e, int rule, uint64_t off, const char *fmt, ...)
+int mlz__error_set(mlz_error *e, int rule, uint64_t off, const char *fmt, ...)
 {
     if (e) {
         e->rule = rule;
@@ -108,7 +108,7 @@ static ssize_t src_read(mlz_reader *r, uint64_t off, void *dst, size_t n)
 int mlz_header_decode(const uint8_t in[MLZ_HEADER_SIZE], mlz_header *h, mlz_error *err)
 {
     if (memcmp(in, MLZ_MAGIC, 4) != 0)
-        return seterr(err, MLZ_RULE_MAGIC, 0, "bad magic %02x %02x %02x %02x, expected \"MTRC\"",
+        return mlz__error_set(err, MLZ_RULE_MAGIC, 0, "bad magic %02x %02x %02x %02x, expected \"MTRC\"",
                       in[0], in[1], in[2], in[3]);
     h->version = mlz_get_u32(in + 4);
     h->start_us = mlz_get_u64(in + 8);
@@ -119,16 +119,16 @@ int mlz_header_decode(const uint8_t in[MLZ_HEADER_SIZE], mlz_header *h, mlz_erro
     h->raw_len = mlz_get_u64(in + 40);
     memcpy(h->rest, in + 48, sizeof h->rest);
     if (h->version != MLZ_VERSION)
-        return seterr(err, MLZ_RULE_VERSION, 4, "unsupported version %u (this reader knows 1)",
+        return mlz__error_set(err, MLZ_RULE_VERSION, 4, "unsupported version %u (this reader knows 1)",
                       h->version);
     if (h->flags & ~MLZ_FLAGS_KNOWN)
-        return seterr(err, MLZ_RULE_VERSION, 20, "unknown header flags 0x%x", h->flags);
+        return mlz__error_set(err, MLZ_RULE_VERSION, 20, "unknown header flags 0x%x", h->flags);
     if (!(h->flags & MLZ_FLAG_SEALED) && (h->stream_len || h->event_count || h->raw_len))
-        return seterr(err, MLZ_RULE_SIZE, 24, "unsealed header carries stream sizes");
+        return mlz__error_set(err, MLZ_RULE_SIZE, 24, "unsealed header carries stream sizes");
     if ((h->flags & MLZ_FLAGS_BLOCKS) == MLZ_FLAGS_BLOCKS)
-        return seterr(err, MLZ_RULE_VERSION, 20, "flags LZ4 and SPLIT together");
+        return mlz__error_set(err, MLZ_RULE_VERSION, 20, "flags LZ4 and SPLIT together");
     if ((h->flags & MLZ_FLAGS_BLOCKS) && !(h->flags & MLZ_FLAG_SEALED))
-        return seterr(err, MLZ_RULE_SIZE, 20, "compressed file was never sealed (writer did not finish)");
+        return mlz__error_set(err, MLZ_RULE_SIZE, 20, "compressed file was never sealed (writer did not finish)");
     return 0;
 }
 
@@ -180,39 +180,39 @@ static mlz_reader *open_common(mlz_reader *r, const char *path, mlz_error *err)
 {
     uint8_t hb[MLZ_HEADER_SIZE];
     if (r->file_size < 4 || src_read(r, 0, hb, 4) != 4 || memcmp(hb, MLZ_MAGIC, 4)) {
-        if (r->file_size >= 4) return seterr(err, MLZ_RULE_MAGIC, 0, "bad magic, not a .mlyze file"), NULL;
-        return seterr(err, MLZ_RULE_SIZE, r->file_size, "file is %llu bytes, shorter than the 256-byte header",
+        if (r->file_size >= 4) return mlz__error_set(err, MLZ_RULE_MAGIC, 0, "bad magic, not a .mlyze file"), NULL;
+        return mlz__error_set(err, MLZ_RULE_SIZE, r->file_size, "file is %llu bytes, shorter than the 256-byte header",
                       (unsigned long long)r->file_size), NULL;
     }
     if (r->file_size < MLZ_HEADER_SIZE)
-        return seterr(err, MLZ_RULE_SIZE, r->file_size, "file is %llu bytes, shorter than the 256-byte header",
+        return mlz__error_set(err, MLZ_RULE_SIZE, r->file_size, "file is %llu bytes, shorter than the 256-byte header",
                       (unsigned long long)r->file_size), NULL;
     if (src_read(r, 0, hb, sizeof hb) != (ssize_t)sizeof hb)
-        return seterr(err, MLZ_RULE_IO, 0, "cannot read header: %s", strerror(errno)), NULL;
+        return mlz__error_set(err, MLZ_RULE_IO, 0, "cannot read header: %s", strerror(errno)), NULL;
     if (mlz_header_decode(hb, &r->h, err)) return NULL;
 
     r->data_off = MLZ_HEADER_SIZE + (uint64_t)r->h.meta_len;
     if (r->data_off > r->file_size)
-        return seterr(err, MLZ_RULE_SIZE, 16, "metadata length %u runs past the end of the file (%llu bytes)",
+        return mlz__error_set(err, MLZ_RULE_SIZE, 16, "metadata length %u runs past the end of the file (%llu bytes)",
                       r->h.meta_len, (unsigned long long)r->file_size), NULL;
     if (r->h.flags & MLZ_FLAG_SEALED) {
         uint64_t want = r->data_off + r->h.stream_len;
         if (want < r->data_off || want != r->file_size)
-            return seterr(err, MLZ_RULE_SIZE, r->file_size < want ? r->file_size : want,
+            return mlz__error_set(err, MLZ_RULE_SIZE, r->file_size < want ? r->file_size : want,
                           "file is %llu bytes but header + metadata + events = %llu%s",
                           (unsigned long long)r->file_size, (unsigned long long)want,
                           r->file_size < want ? " (truncated)" : " (trailing bytes)"), NULL;
         if (!(r->h.flags & MLZ_FLAGS_BLOCKS) && r->h.raw_len != r->h.stream_len)
-            return seterr(err, MLZ_RULE_SIZE, 40, "raw length %llu differs from stream length %llu",
+            return mlz__error_set(err, MLZ_RULE_SIZE, 40, "raw length %llu differs from stream length %llu",
                           (unsigned long long)r->h.raw_len, (unsigned long long)r->h.stream_len), NULL;
     }
     r->stream_end = r->file_size;
 
     char *json = malloc(r->h.meta_len + 1u);
-    if (!json) return seterr(err, MLZ_RULE_IO, 16, "out of memory for %u bytes of metadata", r->h.meta_len), NULL;
+    if (!json) return mlz__error_set(err, MLZ_RULE_IO, 16, "out of memory for %u bytes of metadata", r->h.meta_len), NULL;
     if (src_read(r, MLZ_HEADER_SIZE, json, r->h.meta_len) != (ssize_t)r->h.meta_len) {
         free(json);
-        return seterr(err, MLZ_RULE_IO, MLZ_HEADER_SIZE, "cannot read metadata"), NULL;
+        return mlz__error_set(err, MLZ_RULE_IO, MLZ_HEADER_SIZE, "cannot read metadata"), NULL;
     }
     json[r->h.meta_len] = 0;
     int rc = mlz_meta_parse(&r->meta, json, r->h.meta_len, err);
@@ -221,14 +221,14 @@ static mlz_reader *open_common(mlz_reader *r, const char *path, mlz_error *err)
     r->spool = r->meta.kind && strcmp(r->meta.kind, "spool") == 0;
 
     r->buf = malloc(r->h.flags & MLZ_FLAG_SPLIT ? MLZ_SPLIT_MAX_RAW : RAW_BUF);
-    if (!r->buf) return seterr(err, MLZ_RULE_IO, 0, "out of memory"), NULL;
+    if (!r->buf) return mlz__error_set(err, MLZ_RULE_IO, 0, "out of memory"), NULL;
     if (r->h.flags & MLZ_FLAG_LZ4) {
         r->zbuf = malloc(MLZ_LZ4_BOUND + 8);
-        if (!r->zbuf) return seterr(err, MLZ_RULE_IO, 0, "out of memory"), NULL;
+        if (!r->zbuf) return mlz__error_set(err, MLZ_RULE_IO, 0, "out of memory"), NULL;
     }
     if (r->h.flags & MLZ_FLAG_SPLIT) {
         r->split = mlz_split_new(MLZ_SPLIT_LEVEL);
-        if (!r->split) return seterr(err, MLZ_RULE_IO, 0, "cannot set up the split-stream decoder (out of memory, or no libzstd)"), NULL;
+        if (!r->split) return mlz__error_set(err, MLZ_RULE_IO, 0, "cannot set up the split-stream decoder (out of memory, or no libzstd)"), NULL;
     }
     if ((r->h.flags & MLZ_FLAGS_BLOCKS) && path && !(r->flags & MLZ_READ_NO_INDEX)) load_index(r, path);
     r->next_off = r->data_off;
@@ -240,14 +240,14 @@ static mlz_reader *open_common(mlz_reader *r, const char *path, mlz_error *err)
 mlz_reader *mlz_reader_open(const char *path, unsigned flags, mlz_error *err)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return seterr(err, MLZ_RULE_IO, 0, "cannot open: %s", strerror(errno)), NULL;
+    if (fd < 0) return mlz__error_set(err, MLZ_RULE_IO, 0, "cannot open: %s", strerror(errno)), NULL;
     struct stat st;
     if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
         close(fd);
-        return seterr(err, MLZ_RULE_IO, 0, "not a regular file"), NULL;
+        return mlz__error_set(err, MLZ_RULE_IO, 0, "not a regular file"), NULL;
     }
     mlz_reader *r = calloc(1, sizeof *r);
-    if (!r) { close(fd); return seterr(err, MLZ_RULE_IO, 0, "out of memory"), NULL; }
+    if (!r) { close(fd); return mlz__error_set(err, MLZ_RULE_IO, 0, "out of memory"), NULL; }
     r->fd = fd;
     r->flags = flags;
     r->file_size = (uint64_t)st.st_size;
@@ -258,7 +258,7 @@ mlz_reader *mlz_reader_open(const char *path, unsigned flags, mlz_error *err)
 mlz_reader *mlz_reader_open_mem(const void *data, size_t len, unsigned flags, mlz_error *err)
 {
     mlz_reader *r = calloc(1, sizeof *r);
-    if (!r) return seterr(err, MLZ_RULE_IO, 0, "out of memory"), NULL;
+    if (!r) return mlz__error_set(err, MLZ_RULE_IO, 0, "out of memory"), NULL;
     r->fd = -1;
     r->mem = data;
     r->flags = flags | MLZ_READ_NO_INDEX;
@@ -316,7 +316,7 @@ enum { NEED_MORE = 0 };
         size_t used_; \
         int vr_ = mlz_varint_get(p + n, end, &(dst), &used_); \
         if (vr_ == MLZ_VARINT_TRUNCATED) return NEED_MORE; \
-        if (vr_ < 0) return seterr(err, MLZ_RULE_VARINT, off + n, "%s varint in %s event", \
+        if (vr_ < 0) return mlz__error_set(err, MLZ_RULE_VARINT, off + n, "%s varint in %s event", \
                                    vr_ == MLZ_VARINT_OVERLONG ? "non-minimal" : "overlong", what); \
         n += used_; \
     } while (0)
@@ -331,18 +331,18 @@ static int check_ext(mlz_reader *r, const mlz_event *ev, mlz_error *err, uint64_
     uint64_t a, b, c;
     if (ev->type == MLZ_EV_STACK_RAW) {
         GETV(a); GETV(b);
-        if (b > 1024) return seterr(err, MLZ_RULE_SIZE, off, "STACK_RAW depth %llu is too deep", (unsigned long long)b);
+        if (b > 1024) return mlz__error_set(err, MLZ_RULE_SIZE, off, "STACK_RAW depth %llu is too deep", (unsigned long long)b);
         for (uint64_t i = 0; i < b; i++) GETV(c);
-        if (n != ev->len) return seterr(err, MLZ_RULE_SIZE, off, "STACK_RAW length mismatch");
-        if (a == 0 || seen_set(r, a)) return seterr(err, MLZ_RULE_REFERENCE, off, "bad STACK_RAW id %llu", (unsigned long long)a);
+        if (n != ev->len) return mlz__error_set(err, MLZ_RULE_SIZE, off, "STACK_RAW length mismatch");
+        if (a == 0 || seen_set(r, a)) return mlz__error_set(err, MLZ_RULE_REFERENCE, off, "bad STACK_RAW id %llu", (unsigned long long)a);
         return 0;
     }
     if (ev->type == MLZ_EV_MODULE) {
         GETV(a); GETV(b); GETV(c); GETV(c);
-        if (c > 64 || (size_t)(end - p) < n + c) return seterr(err, MLZ_RULE_SIZE, off, "MODULE build-id length mismatch");
+        if (c > 64 || (size_t)(end - p) < n + c) return mlz__error_set(err, MLZ_RULE_SIZE, off, "MODULE build-id length mismatch");
         n += (size_t)c;
         GETV(c);
-        if (c > MLZ_PATH_MAX || (size_t)(end - p) != n + c) return seterr(err, MLZ_RULE_SIZE, off, "MODULE path length mismatch");
+        if (c > MLZ_PATH_MAX || (size_t)(end - p) != n + c) return mlz__error_set(err, MLZ_RULE_SIZE, off, "MODULE path length mismatch");
         return 0;
     }
     return 0;
@@ -366,7 +366,7 @@ static int parse_event(mlz_reader *r, const uint8_t *p, const uint8_t *end,
     case MLZ_EV_MARKER: what = "MARKER"; break;
     default:
         if (ev->type >= 128)
-            return seterr(err, MLZ_RULE_EVENT_TYPE, off, "invalid event type %d (128..255 are reserved)", ev->type);
+            return mlz__error_set(err, MLZ_RULE_EVENT_TYPE, off, "invalid event type %d (128..255 are reserved)", ev->type);
         what = "extension";
     }
     GETV(ev->delta_us);
@@ -377,7 +377,7 @@ static int parse_event(mlz_reader *r, const uint8_t *p, const uint8_t *end,
         GETV(ev->stack_id);
         NEED(2); ev->thread = mlz_get_u16(p + n); n += 2;
         if (r->spool ? !seen_has(r, ev->stack_id) : !mlz_meta_stack(&r->meta, ev->stack_id))
-            return seterr(err, MLZ_RULE_REFERENCE, off, "ALLOC names stack %llu, which is not in %s",
+            return mlz__error_set(err, MLZ_RULE_REFERENCE, off, "ALLOC names stack %llu, which is not in %s",
                           (unsigned long long)ev->stack_id, r->spool ? "a preceding STACK_RAW event" : "stack_traces");
         break;
     case MLZ_EV_FREE:
@@ -390,13 +390,13 @@ static int parse_event(mlz_reader *r, const uint8_t *p, const uint8_t *end,
     case MLZ_EV_MARKER:
         GETV(ev->name_id);
         if (!mlz_meta_function(&r->meta, ev->name_id))
-            return seterr(err, MLZ_RULE_REFERENCE, off, "MARKER names function %llu, which is not in functions",
+            return mlz__error_set(err, MLZ_RULE_REFERENCE, off, "MARKER names function %llu, which is not in functions",
                           (unsigned long long)ev->name_id);
         break;
     default:
         GETV(ev->len);
         if (ev->len > MLZ_EXT_MAX)
-            return seterr(err, MLZ_RULE_SIZE, off, "extension event of %llu bytes exceeds the %d-byte limit",
+            return mlz__error_set(err, MLZ_RULE_SIZE, off, "extension event of %llu bytes exceeds the %d-byte limit",
                           (unsigned long long)ev->len, MLZ_EXT_MAX);
         NEED((size_t)ev->len);
         ev->data = p + n;
@@ -416,7 +416,7 @@ static int refill_raw(mlz_reader *r, mlz_error *err)
     r->buf_len = keep;
     if (r->next_off >= r->stream_end) return 0;
     ssize_t k = src_read(r, r->next_off, r->buf + keep, RAW_BUF - keep);
-    if (k < 0) return seterr(err, MLZ_RULE_IO, r->next_off, "read error: %s", strerror(errno));
+    if (k < 0) return mlz__error_set(err, MLZ_RULE_IO, r->next_off, "read error: %s", strerror(errno));
     r->buf_len += (size_t)k;
     r->next_off += (uint64_t)k;
     return (int)k;
@@ -429,18 +429,18 @@ static int load_block(mlz_reader *r, mlz_error *err)
     uint64_t off = r->next_off;
     uint8_t bh[8];
     if (src_read(r, off, bh, 8) != 8)
-        return seterr(err, MLZ_RULE_SIZE, off, "file ends inside a block header");
+        return mlz__error_set(err, MLZ_RULE_SIZE, off, "file ends inside a block header");
     uint32_t csize = mlz_get_u32(bh), rsize = mlz_get_u32(bh + 4);
     if (rsize == 0 || rsize > MLZ_BLOCK_SIZE || csize == 0 || csize > MLZ_LZ4_BOUND)
-        return seterr(err, MLZ_RULE_SIZE, off, "block header has impossible sizes (%u compressed, %u raw)",
+        return mlz__error_set(err, MLZ_RULE_SIZE, off, "block header has impossible sizes (%u compressed, %u raw)",
                       csize, rsize);
     if (off + 8 + csize > r->stream_end)
-        return seterr(err, MLZ_RULE_SIZE, off, "block of %u bytes runs past the end of the file", csize);
+        return mlz__error_set(err, MLZ_RULE_SIZE, off, "block of %u bytes runs past the end of the file", csize);
     if (src_read(r, off + 8, r->zbuf, csize) != (ssize_t)csize)
-        return seterr(err, MLZ_RULE_IO, off, "read error: %s", strerror(errno));
+        return mlz__error_set(err, MLZ_RULE_IO, off, "read error: %s", strerror(errno));
     int d = LZ4_decompress_safe((const char *)r->zbuf, (char *)r->buf, (int)csize, (int)rsize);
     if (d != (int)rsize)
-        return seterr(err, MLZ_RULE_SIZE, off, "block does not decompress to its %u declared bytes", rsize);
+        return mlz__error_set(err, MLZ_RULE_SIZE, off, "block does not decompress to its %u declared bytes", rsize);
     r->block_off = off;
     r->next_off = off + 8 + csize;
     r->buf_len = rsize;
@@ -460,30 +460,30 @@ static int load_split_block(mlz_reader *r, mlz_error *err)
     uint64_t off = r->next_off;
     uint8_t bh[MLZ_SPLIT_HEADER];
     if (src_read(r, off, bh, sizeof bh) != (ssize_t)sizeof bh)
-        return seterr(err, MLZ_RULE_SIZE, off, "file ends inside a block header");
+        return mlz__error_set(err, MLZ_RULE_SIZE, off, "file ends inside a block header");
     uint32_t plen = mlz_get_u32(bh), n = mlz_get_u32(bh + 4), rsize = mlz_get_u32(bh + 8);
     if (plen > SPLIT_PAYLOAD_MAX || n == 0 || n > MLZ_SPLIT_MAX_EVENTS || rsize == 0 || rsize > MLZ_SPLIT_MAX_RAW)
-        return seterr(err, MLZ_RULE_SIZE, off, "block header has impossible sizes (%u payload, %u events, %u raw)",
+        return mlz__error_set(err, MLZ_RULE_SIZE, off, "block header has impossible sizes (%u payload, %u events, %u raw)",
                       plen, n, rsize);
     if (off + sizeof bh + plen > r->stream_end)
-        return seterr(err, MLZ_RULE_SIZE, off, "block of %u bytes runs past the end of the file", plen);
+        return mlz__error_set(err, MLZ_RULE_SIZE, off, "block of %u bytes runs past the end of the file", plen);
     if (plen > r->zbuf_cap) {
         uint8_t *z = realloc(r->zbuf, plen);
-        if (!z) return seterr(err, MLZ_RULE_IO, off, "out of memory");
+        if (!z) return mlz__error_set(err, MLZ_RULE_IO, off, "out of memory");
         r->zbuf = z;
         r->zbuf_cap = plen;
     }
     if (src_read(r, off + sizeof bh, r->zbuf, plen) != (ssize_t)plen)
-        return seterr(err, MLZ_RULE_IO, off, "read error: %s", strerror(errno));
+        return mlz__error_set(err, MLZ_RULE_IO, off, "read error: %s", strerror(errno));
     if (mlz_split_crc(r->zbuf, plen) != mlz_get_u32(bh + 12))
-        return seterr(err, MLZ_RULE_SIZE, off, "block checksum mismatch (damaged block)");
+        return mlz__error_set(err, MLZ_RULE_SIZE, off, "block checksum mismatch (damaged block)");
     char why[200];
     int bad_kind;
     if (mlz_split_decode(r->split, r->zbuf, plen, n, why, sizeof why, &bad_kind))
-        return seterr(err, bad_kind ? MLZ_RULE_EVENT_TYPE : MLZ_RULE_SIZE, off, "split block: %s", why);
+        return mlz__error_set(err, bad_kind ? MLZ_RULE_EVENT_TYPE : MLZ_RULE_SIZE, off, "split block: %s", why);
     const mlz_split_cols *c = mlz_split_columns(r->split);
     if (c->raw_len != rsize)
-        return seterr(err, MLZ_RULE_SIZE, off, "block decodes to %llu v1 bytes, its header says %u",
+        return mlz__error_set(err, MLZ_RULE_SIZE, off, "block decodes to %llu v1 bytes, its header says %u",
                       (unsigned long long)c->raw_len, rsize);
     r->block_off = off;
     r->next_off = off + sizeof bh + plen;
@@ -496,7 +496,7 @@ static int end_of_stream(mlz_reader *r, mlz_error *err)
 {
     r->done = 1;
     if ((r->h.flags & MLZ_FLAG_SEALED) && r->events != r->h.event_count)
-        return seterr(err, MLZ_RULE_SIZE, r->stream_end, "stream holds %llu events, header says %llu",
+        return mlz__error_set(err, MLZ_RULE_SIZE, r->stream_end, "stream holds %llu events, header says %llu",
                       (unsigned long long)r->events, (unsigned long long)r->h.event_count);
     return 0;
 }
@@ -513,7 +513,7 @@ static int split_other_event(mlz_reader *r, int t, uint64_t d, mlz_event *ev, ml
     uint64_t v = 0;
     size_t u = 0;
     for (int f = 0; f < (t == MLZ_EV_GC ? 2 : 1); f++) {
-        if (mlz_varint_get(q, end, &v, &u)) return seterr(err, MLZ_RULE_SIZE, r->block_off, "bad other-events stream");
+        if (mlz_varint_get(q, end, &v, &u)) return mlz__error_set(err, MLZ_RULE_SIZE, r->block_off, "bad other-events stream");
         q += u;
     }
     if (t >= MLZ_EV_EXT_FIRST) q += v;
@@ -523,7 +523,7 @@ static int split_other_event(mlz_reader *r, int t, uint64_t d, mlz_event *ev, ml
     memcpy(r->buf + n, p, tl);
     int k = parse_event(r, r->buf, r->buf + n + tl, r->block_off, ev, err);
     if (k < 0) return -1;
-    if (k != (int)(n + tl)) return seterr(err, MLZ_RULE_SIZE, r->block_off, "bad other-events stream");
+    if (k != (int)(n + tl)) return mlz__error_set(err, MLZ_RULE_SIZE, r->block_off, "bad other-events stream");
     ev->enc_len = (uint32_t)k;
     r->sp_o += tl;
     return 0;
@@ -597,12 +597,12 @@ static int next_event(mlz_reader *r, mlz_event *ev, mlz_error *err)
             ev->time_us = r->time_us;
             r->events++;
             if (r->events == UINT64_MAX)
-                return seterr(err, MLZ_RULE_SIZE, off, "too many events");
+                return mlz__error_set(err, MLZ_RULE_SIZE, off, "too many events");
             return 1;
         }
         /* The buffer ends inside an event. */
         if (lz4)
-            return seterr(err, MLZ_RULE_SIZE, off, "an event runs past the end of its block");
+            return mlz__error_set(err, MLZ_RULE_SIZE, off, "an event runs past the end of its block");
         size_t left = r->buf_len - r->buf_pos;
         int k = refill_raw(r, err);
         if (k < 0) return -1;
@@ -613,7 +613,7 @@ static int next_event(mlz_reader *r, mlz_event *ev, mlz_error *err)
                 r->done = 1;
                 return 0;
             }
-            return seterr(err, MLZ_RULE_SIZE, off, "file ends inside an event (%zu bytes of it present)", left);
+            return mlz__error_set(err, MLZ_RULE_SIZE, off, "file ends inside an event (%zu bytes of it present)", left);
         }
     }
 }
@@ -630,7 +630,7 @@ int mlz_reader_next(mlz_reader *r, mlz_event *ev, mlz_error *err)
 
 int mlz_reader_seek_time(mlz_reader *r, uint64_t t_us, mlz_error *err)
 {
-    if (!r->nidx) return seterr(err, MLZ_RULE_IO, 0, "no usable .mlyze.idx index");
+    if (!r->nidx) return mlz__error_set(err, MLZ_RULE_IO, 0, "no usable .mlyze.idx index");
     size_t lo = 0, hi = r->nidx;      /* last block whose base time is < t */
     while (hi - lo > 1) {
         size_t mid = (lo + hi) / 2;
@@ -668,7 +668,7 @@ static int check_stacks(mlz_reader *r, const mlz_split_cols *c, mlz_error *err)
         last = id;
         last_ok = r->spool ? seen_has(r, id) : mlz_meta_stack(&r->meta, id) != NULL;
         if (!last_ok)
-            return seterr(err, MLZ_RULE_REFERENCE, r->block_off, "ALLOC names stack %llu, which is not in %s",
+            return mlz__error_set(err, MLZ_RULE_REFERENCE, r->block_off, "ALLOC names stack %llu, which is not in %s",
                           (unsigned long long)id, r->spool ? "a preceding STACK_RAW event" : "stack_traces");
     }
     return 0;
@@ -676,7 +676,7 @@ static int check_stacks(mlz_reader *r, const mlz_split_cols *c, mlz_error *err)
 
 int mlz_reader_next_block(mlz_reader *r, mlz_block_view *b, mlz_error *err)
 {
-    if (!r->split) return seterr(err, MLZ_RULE_IO, 0, "not a split-stream file");
+    if (!r->split) return mlz__error_set(err, MLZ_RULE_IO, 0, "not a split-stream file");
     if (r->done) return 0;
     int k = load_split_block(r, err);
     if (k < 0) return -1;

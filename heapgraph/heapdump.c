@@ -28,6 +28,7 @@
  * object that holds an address inside a live heap object (interior ones
  * included) is tagged and rewritten to that object's id plus the offset.
  */
+#include "errbuf.h"
 #include "heapdump.h"
 #include "arc.h"
 #include "info.h"
@@ -51,15 +52,6 @@
 #define RED_ZONE 128              /* x86-64: leaf functions may use 128 bytes below rsp */
 #define TLS_SPAN (64u << 10)      /* static TLS read below a thread pointer */
 
-static int herr(char *err, size_t len, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, len, fmt, ap);
-    va_end(ap);
-    return -1;
-}
-
 int hd_mlyze_name(const char *arc_path, char *out, size_t len)
 {
     size_t l = strlen(arc_path);
@@ -77,17 +69,17 @@ static int check_exact(pid_t pid, const mlz_proc_module *m, size_t n, char *err,
     for (size_t i = 0; i < n && !pay; i++)
         if (mlz_proc_is_payload(m[i].path)) pay = &m[i];
     if (!pay)
-        return herr(err, errlen, "memlyze is not loaded in process %d (attach with `memlyze-attach -r 1 %d` "
+        return errbuf_set(err, errlen, "memlyze is not loaded in process %d (attach with `memlyze-attach -r 1 %d` "
                     "or start it with `memlyze run -r 1`)", (int)pid, (int)pid);
     uint64_t at, rate = 0;
     struct memlyze_info in;
     if (mlz_proc_payload_info(pid, pay, &in, &at) || !memlyze_info_readable(&in))
-        return herr(err, errlen, "cannot read memlyze's tables in process %d (same user or CAP_SYS_PTRACE, "
+        return errbuf_set(err, errlen, "cannot read memlyze's tables in process %d (same user or CAP_SYS_PTRACE, "
                     "and the matching memlyze, needed)", (int)pid);
     if (mlz_proc_read(pid, in.rate_addr, &rate, 8))
-        return herr(err, errlen, "cannot read process %d's memory: %s", (int)pid, strerror(errno));
+        return errbuf_set(err, errlen, "cannot read process %d's memory: %s", (int)pid, strerror(errno));
     if (rate != 1)
-        return herr(err, errlen, "process %d is profiled at a sampling rate of %llu bytes: a heap dump needs every "
+        return errbuf_set(err, errlen, "process %d is profiled at a sampling rate of %llu bytes: a heap dump needs every "
                     "object; attach with `-r 1` (memlyze-attach -r 1 %d, or memlyze run -r 1)", (int)pid,
                     (unsigned long long)rate, (int)pid);
     return 0;
@@ -270,22 +262,22 @@ static int copy_objects(const snap_obj *v, size_t n, void *arg, char *err, size_
     copy_job *j = arg;
     uint64_t total = 0;
     j->heap = malloc((n ? n : 1) * sizeof *j->heap);
-    if (!j->heap) return herr(err, errlen, "out of memory");
+    if (!j->heap) return errbuf_set(err, errlen, "out of memory");
     for (size_t i = 0; i < n; i++) {
         uint64_t size = v[i].size ? v[i].size : 1;    /* .arc has no empty objects */
         if (size > ARC_MAX_SIZE)
-            return herr(err, errlen, "an object of %llu bytes is beyond .arc's 64 GiB", (unsigned long long)size);
+            return errbuf_set(err, errlen, "an object of %llu bytes is beyond .arc's 64 GiB", (unsigned long long)size);
         j->heap[i] = (item){ v[i].addr, size, 0, NULL };
         total += size;
     }
     j->n = n;
     j->bytes = total;
     j->order = malloc((n ? n : 1) * sizeof *j->order);
-    if (!j->order) return herr(err, errlen, "out of memory");
+    if (!j->order) return errbuf_set(err, errlen, "out of memory");
     for (size_t i = 0; i < n; i++) j->order[i] = (uint32_t)i;
     heap_items = j->heap;
     qsort(j->order, n, sizeof *j->order, by_heap_addr);
-    if (read_runs(j)) return herr(err, errlen, "out of memory for %llu bytes of heap", (unsigned long long)total);
+    if (read_runs(j)) return errbuf_set(err, errlen, "out of memory for %llu bytes of heap", (unsigned long long)total);
     if (j->held) mlz__threads_detach_all(j->g, 0);
     j->held = 0;
     return 0;
@@ -321,32 +313,32 @@ int hd_dump(pid_t pid, const char *arc_path, const char *mlyze_path, int flags, 
     char tmp[PATH_MAX + 16];
     snprintf(tmp, sizeof tmp, "%s.tmp", arc_path);
 
-    if (kill(pid, 0) && errno == ESRCH) return herr(err, errlen, "no process %d", (int)pid);
-    if (!access(arc_path, F_OK)) return herr(err, errlen, "%s exists (a dump never replaces a file)", arc_path);
-    if (mlz_proc_modules(pid, &mods, &nmods)) return herr(err, errlen, "cannot read /proc/%d/maps: %s", (int)pid, strerror(errno));
+    if (kill(pid, 0) && errno == ESRCH) return errbuf_set(err, errlen, "no process %d", (int)pid);
+    if (!access(arc_path, F_OK)) return errbuf_set(err, errlen, "%s exists (a dump never replaces a file)", arc_path);
+    if (mlz_proc_modules(pid, &mods, &nmods)) return errbuf_set(err, errlen, "cannot read /proc/%d/maps: %s", (int)pid, strerror(errno));
     if (check_exact(pid, mods, nmods, err, errlen)) goto out;
 
     /* Global roots: writable segments of every module but ours. */
     for (size_t i = 0; i < nmods; i++)
         if (mods[i].path[0] == '/' && !mlz_proc_is_payload(mods[i].path) && pm_data_pieces(pid, &mods[i], &pieces, &np, &cp)) {
-            herr(err, errlen, "cannot read module %s of process %d", mods[i].path, (int)pid);
+            errbuf_set(err, errlen, "cannot read module %s of process %d", mods[i].path, (int)pid);
             goto out;
         }
 
     /* Stop every thread: from here to the last copied byte. */
     if (mlz__threads_stop_all(&g, 2000)) {
-        herr(err, errlen, "cannot stop process %d: %s", (int)pid, mlz__errmsg());
+        errbuf_set(err, errlen, "cannot stop process %d: %s", (int)pid, mlz__errmsg());
         goto out;
     }
     stopped = 1;
-    if (read_maps(pid, &maps, &nmaps)) { herr(err, errlen, "cannot read /proc/%d/maps", (int)pid); goto out; }
+    if (read_maps(pid, &maps, &nmaps)) { errbuf_set(err, errlen, "cannot read /proc/%d/maps", (int)pid); goto out; }
 
     /* Root pieces: globals, then per thread its stack, registers and TLS. */
     size_t rcap = np + 3 * (size_t)g.n + 1, nroots = 0;
     roots = calloc(rcap, sizeof *roots);
     regs = calloc((size_t)g.n + 1, sizeof *regs);
     jroots = json_array();
-    if (!roots || !regs || !jroots) { herr(err, errlen, "out of memory"); goto out; }
+    if (!roots || !regs || !jroots) { errbuf_set(err, errlen, "out of memory"); goto out; }
     for (size_t i = 0; i < np; i++) {
         roots[nroots++] = (item){ pieces[i].addr, pieces[i].size, 0, NULL };
         json_t *r = root_json("global", 0, pieces[i].addr, pieces[i].size);
@@ -400,7 +392,7 @@ int hd_dump(pid_t pid, const char *arc_path, const char *mlyze_path, int flags, 
     uint64_t rtotal = 0;
     for (size_t i = 0; i < nroots; i++) rtotal += roots[i].data ? 0 : roots[i].size;
     rootbuf = malloc(rtotal ? rtotal : 1);
-    if (!rootbuf) { herr(err, errlen, "out of memory"); goto out; }
+    if (!rootbuf) { errbuf_set(err, errlen, "out of memory"); goto out; }
     uint8_t *p = rootbuf;
     for (size_t i = 0; i < nroots; i++)
         if (!roots[i].data) {   /* registers are already here */
@@ -439,26 +431,26 @@ int hd_dump(pid_t pid, const char *arc_path, const char *mlyze_path, int flags, 
     }
     for (size_t i = 0; i < nheap; i++) {
         heap[i].id = arc_new_id(&ids, heap[i].size);
-        if (!heap[i].id) { herr(err, errlen, "too many objects of one size class for .arc"); goto out; }
+        if (!heap[i].id) { errbuf_set(err, errlen, "too many objects of one size class for .arc"); goto out; }
         if (heap[i].size > maxsz) maxsz = heap[i].size;
     }
     scratch = malloc(maxsz);
     bitmap = malloc(ARC_BITMAP_BYTES(maxsz) + 1);
-    if (!scratch || !bitmap) { herr(err, errlen, "out of memory"); goto out; }
+    if (!scratch || !bitmap) { errbuf_set(err, errlen, "out of memory"); goto out; }
     addr_index x = { heap, order, nheap, nheap ? heap[order[0]].addr : 1, 0 };
     for (size_t i = 0; i < nheap; i++)
         if (heap[i].addr + heap[i].size > x.hi) x.hi = heap[i].addr + heap[i].size;
 
     /* The stream, under a temporary name until complete. */
     f = fopen(tmp, "wbx");
-    if (!f) { herr(err, errlen, "%s: %s", tmp, strerror(errno)); goto out; }
+    if (!f) { errbuf_set(err, errlen, "%s: %s", tmp, strerror(errno)); goto out; }
     setvbuf(f, NULL, _IOFBF, 1 << 22);
     int we = arc_put_forward(f, root_id, root_size);
     for (size_t i = 0; !we && i < nroots; i++) we = arc_put_forward(f, roots[i].id, roots[i].size);
     for (size_t i = 0; !we && i < nheap; i++) we = arc_put_forward(f, heap[i].id, heap[i].size);
     /* The root object: the dump id, then a pointer to each root piece. */
     uint8_t *rd = calloc(1, root_size), *rb = calloc(1, ARC_BITMAP_BYTES(root_size) + 1);
-    if (!rd || !rb) { free(rd); free(rb); herr(err, errlen, "out of memory"); goto out; }
+    if (!rd || !rb) { free(rd); free(rb); errbuf_set(err, errlen, "out of memory"); goto out; }
     memcpy(rd, &id, 8);
     for (size_t i = 0; i < nroots; i++) {
         memcpy(rd + 8 * (i + 1), &roots[i].id, 8);
@@ -470,9 +462,9 @@ int hd_dump(pid_t pid, const char *arc_path, const char *mlyze_path, int flags, 
     for (size_t i = 0; !we && i < nroots; i++) we = put_item(f, &roots[i], &x, scratch, bitmap);
     for (size_t i = 0; !we && i < nheap; i++) we = put_item(f, &heap[i], &x, scratch, bitmap);
     if (!we) we = fflush(f) ? -1 : 0;
-    if (fclose(f) || we) { f = NULL; herr(err, errlen, "%s: %s", tmp, strerror(errno)); unlink(tmp); goto out; }
+    if (fclose(f) || we) { f = NULL; errbuf_set(err, errlen, "%s: %s", tmp, strerror(errno)); unlink(tmp); goto out; }
     f = NULL;
-    if (rename(tmp, arc_path)) { herr(err, errlen, "%s: %s", arc_path, strerror(errno)); unlink(tmp); goto out; }
+    if (rename(tmp, arc_path)) { errbuf_set(err, errlen, "%s: %s", arc_path, strerror(errno)); unlink(tmp); goto out; }
     rc = 0;
 out:
     if (stopped) mlz__threads_detach_all(&g, 0);

@@ -16,6 +16,7 @@
  * on code size. A node's retained size is the heap bytes of its dominator
  * subtree: what would be freed if it let go.
  */
+#include "errbuf.h"
 #include "heapgraph.h"
 #include "heapdump.h"
 
@@ -29,15 +30,6 @@
 #include <unistd.h>
 
 #define NONE UINT32_MAX
-
-static int gerr(char *err, size_t len, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, len, fmt, ap);
-    va_end(ap);
-    return -1;
-}
 
 static uint64_t rd64(const uint8_t *p)
 {
@@ -60,15 +52,15 @@ static int read_links(heapgraph *g, const char *arc, const char *side, char *err
     const char *id = json_string_value(json_object_get(hd, "id"));
     json_t *roots = json_object_get(hd, "roots");
     if (!id || !json_is_array(roots))
-        return gerr(err, errlen, "%s is not the snapshot of a heap dump (no \"heapdump\" metadata)", side);
+        return errbuf_set(err, errlen, "%s is not the snapshot of a heap dump (no \"heapdump\" metadata)", side);
     const arc_obj *ro = &g->arc.objs[g->arc.root];
     if (ro->size < 8 || strtoull(id, NULL, 16) != rd64(ro->data))
-        return gerr(err, errlen, "%s and %s are not of the same dump (ids differ)", arc, side);
+        return errbuf_set(err, errlen, "%s and %s are not of the same dump (ids differ)", arc, side);
     g->pid = m->pid;
     g->nroots = json_array_size(roots);
     g->roots = calloc(g->nroots ? g->nroots : 1, sizeof *g->roots);
-    if (!g->roots) return gerr(err, errlen, "out of memory");
-    if (ro->size < 8 * (g->nroots + 1)) return gerr(err, errlen, "%s: the root object has fewer roots than %s lists", arc, side);
+    if (!g->roots) return errbuf_set(err, errlen, "out of memory");
+    if (ro->size < 8 * (g->nroots + 1)) return errbuf_set(err, errlen, "%s: the root object has fewer roots than %s lists", arc, side);
     for (size_t i = 0; i < g->n; i++) g->nodes[i].kind = HG_HEAP;
     g->nodes[g->arc.root].kind = HG_ROOT;
     for (size_t i = 0; i < g->nroots; i++) {
@@ -77,7 +69,7 @@ static int read_links(heapgraph *g, const char *arc, const char *side, char *err
         g->roots[i] = (hg_root_info){ jstr(r, "name"), jstr(r, "file"), jstr(r, "module"),
                                       json_integer_value(json_object_get(r, "tid")) };
         long k = arc_tagged(ro, i + 1) ? arc_find(&g->arc, rd64(ro->data + 8 * (i + 1))) : -1;
-        if (k < 0 || !kind) return gerr(err, errlen, "%s: root %zu of %s is missing", arc, i, side);
+        if (k < 0 || !kind) return errbuf_set(err, errlen, "%s: root %zu of %s is missing", arc, i, side);
         hg_node *nd = &g->nodes[k];
         nd->kind = !strcmp(kind, "global") ? HG_GLOBAL : !strcmp(kind, "stack") ? HG_STACK
                  : !strcmp(kind, "registers") ? HG_REGS : HG_TLS;
@@ -93,7 +85,7 @@ static int read_objects(heapgraph *g, const char *arc, const char *side, char *e
 {
     mlz_error me = { 0 };
     mlz_reader *r = mlz_reader_open(side, 0, &me);
-    if (!r) return gerr(err, errlen, "%s: %s", side, me.msg);
+    if (!r) return errbuf_set(err, errlen, "%s: %s", side, me.msg);
     const mlz_meta *m = g->p.meta;
     size_t next = 0;
     mlz_event ev;
@@ -113,10 +105,10 @@ static int read_objects(heapgraph *g, const char *arc, const char *side, char *e
         next++;
     }
     mlz_reader_close(r);
-    if (rc < 0) return gerr(err, errlen, "%s: %s", side, me.msg);
+    if (rc < 0) return errbuf_set(err, errlen, "%s: %s", side, me.msg);
     while (next < g->n && g->nodes[next].kind != HG_HEAP) next++;
     if (rc == 1 || next != g->n)
-        return gerr(err, errlen, "%s and %s do not match: object %zu differs from its ALLOC event", arc, side, next);
+        return errbuf_set(err, errlen, "%s and %s do not match: object %zu differs from its ALLOC event", arc, side, next);
     return 0;
 }
 
@@ -154,23 +146,23 @@ static int build_edges(heapgraph *g)
 static int load_pair(heapgraph *g, const char *arc, char *err, size_t errlen)
 {
     char side[PATH_MAX];
-    if (hd_mlyze_name(arc, side, sizeof side)) return gerr(err, errlen, "%s: name too long", arc);
+    if (hd_mlyze_name(arc, side, sizeof side)) return errbuf_set(err, errlen, "%s: name too long", arc);
     arc_error e;
     if (arc_open(&g->arc, arc, &e)) {
-        if (!strcmp(e.rule, "io")) return gerr(err, errlen, "%s: %s", arc, e.msg);
-        return gerr(err, errlen, "%s: invalid: %s at byte %llu: %s", arc, e.rule, (unsigned long long)e.offset, e.msg);
+        if (!strcmp(e.rule, "io")) return errbuf_set(err, errlen, "%s: %s", arc, e.msg);
+        return errbuf_set(err, errlen, "%s: invalid: %s at byte %llu: %s", arc, e.rule, (unsigned long long)e.offset, e.msg);
     }
     g->n = g->arc.nobjs;
-    if (g->n >= NONE) return gerr(err, errlen, "%s: too many objects", arc);
+    if (g->n >= NONE) return errbuf_set(err, errlen, "%s: too many objects", arc);
     g->root = (uint32_t)g->arc.root;
     g->nodes = calloc(g->n, sizeof *g->nodes);
-    if (!g->nodes) return gerr(err, errlen, "out of memory");
+    if (!g->nodes) return errbuf_set(err, errlen, "out of memory");
     mlz_error me = { 0 };
     g->r = mlz_reader_open(side, 0, &me);
-    if (!g->r) return gerr(err, errlen, "%s: %s (a dump's snapshot lies beside it)", side, me.msg);
-    if (prof_replay(&g->p, g->r, UINT64_MAX, &me)) { mlz_reader_close(g->r); g->r = NULL; return gerr(err, errlen, "%s: %s", side, me.msg); }
+    if (!g->r) return errbuf_set(err, errlen, "%s: %s (a dump's snapshot lies beside it)", side, me.msg);
+    if (prof_replay(&g->p, g->r, UINT64_MAX, &me)) { mlz_reader_close(g->r); g->r = NULL; return errbuf_set(err, errlen, "%s: %s", side, me.msg); }
     if (read_links(g, arc, side, err, errlen) || read_objects(g, arc, side, err, errlen)) return -1;
-    if (build_edges(g)) return gerr(err, errlen, "out of memory");
+    if (build_edges(g)) return errbuf_set(err, errlen, "out of memory");
     return 0;
 }
 
@@ -181,16 +173,16 @@ int hg_load(heapgraph *g, const char *what, char *err, size_t errlen)
     while (isdigit((unsigned char)what[i])) i++;
     if (i == 0 || what[i]) {
         size_t l = strlen(what);
-        if (l < 5 || strcmp(what + l - 4, ".arc")) return gerr(err, errlen, "%s: not a .arc heap dump or a process id", what);
+        if (l < 5 || strcmp(what + l - 4, ".arc")) return errbuf_set(err, errlen, "%s: not a .arc heap dump or a process id", what);
         return load_pair(g, what, err, errlen);
     }
     /* A process: dump it into a private folder, read, remove. */
     long pid = strtol(what, NULL, 10);
-    if (pid <= 0 || pid > 0x7fffffff) return gerr(err, errlen, "'%s' is not a process id", what);
+    if (pid <= 0 || pid > 0x7fffffff) return errbuf_set(err, errlen, "'%s' is not a process id", what);
     const char *tmp = getenv("TMPDIR");
     char dir[PATH_MAX], arc[PATH_MAX + 32], side[PATH_MAX + 32];
     snprintf(dir, sizeof dir, "%s/memlyze-heapdump.XXXXXX", tmp && *tmp ? tmp : "/tmp");
-    if (!mkdtemp(dir)) return gerr(err, errlen, "cannot create a folder under %s", tmp && *tmp ? tmp : "/tmp");
+    if (!mkdtemp(dir)) return errbuf_set(err, errlen, "cannot create a folder under %s", tmp && *tmp ? tmp : "/tmp");
     snprintf(arc, sizeof arc, "%s/dump.arc", dir);
     snprintf(side, sizeof side, "%s/dump.mlyze", dir);
     hd_stats st;

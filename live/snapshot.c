@@ -13,6 +13,7 @@
  * stacks are symbolized like finalize does (mlz_symbolized_meta) and the
  * entries written straight into a .mlyze of kind "snapshot".
  */
+#include "errbuf.h"
 #include "snapshot.h"
 #include "finalize.h"
 #include "heapmap.h"
@@ -32,15 +33,6 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-
-static int serr(char *err, size_t len, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, len, fmt, ap);
-    va_end(ap);
-    return -1;
-}
 
 /* Entries in birth order (the event stream needs non-negative deltas): an
  * LSD radix sort of (time, index) pairs, 11 bits a pass. For 10^6 entries
@@ -98,7 +90,7 @@ int mlz_live_read(pid_t pid, mlz_live_heap *h, char *err, size_t errlen)
     snapshot_stats *st = &h->st;
 
     /* -2: the target is gone or no longer profiled; -1: anything else. */
-    if (kill(pid, 0) && errno == ESRCH) return serr(err, errlen, "no process %d", (int)pid) - 1;
+    if (kill(pid, 0) && errno == ESRCH) return errbuf_set(err, errlen, "no process %d", (int)pid) - 1;
     int prc = mlz_proc_payload_find(pid, &pay);
     if (prc == MLZ_PROC_ENOENT) {
         /* memlyze-attach's record is there but the payload is not: only an
@@ -106,29 +98,29 @@ int mlz_live_read(pid_t pid, mlz_live_heap *h, char *err, size_t errlen)
         char state[128];
         snprintf(state, sizeof state, "/proc/%d/root/tmp/memlyze-%d/state", (int)pid, (int)pid);
         if (access(state, F_OK) == 0)
-            return serr(err, errlen, "process %d has exec'd since memlyze-attach: the payload went with its old image "
+            return errbuf_set(err, errlen, "process %d has exec'd since memlyze-attach: the payload went with its old image "
                         "(memlyze-detach %d writes the trace recorded up to the exec)", (int)pid, (int)pid) - 1;
-        return serr(err, errlen, "memlyze is not loaded in process %d (attach first)", (int)pid) - 1;
+        return errbuf_set(err, errlen, "memlyze is not loaded in process %d (attach first)", (int)pid) - 1;
     }
     if (prc) {
-        if (kill(pid, 0) && errno == ESRCH) return serr(err, errlen, "no process %d", (int)pid) - 1;
-        return serr(err, errlen, "%s", mlz_proc_error());
+        if (kill(pid, 0) && errno == ESRCH) return errbuf_set(err, errlen, "no process %d", (int)pid) - 1;
+        return errbuf_set(err, errlen, "%s", mlz_proc_error());
     }
     uint64_t info_addr;
     struct memlyze_info in;
     if ((prc = mlz_proc_payload_info(pid, &pay, &in, &info_addr))) {
         if (prc == MLZ_PROC_EIO)
-            return serr(err, errlen, "cannot read process %d's memory: %s (same user or CAP_SYS_PTRACE needed)", (int)pid,
+            return errbuf_set(err, errlen, "cannot read process %d's memory: %s (same user or CAP_SYS_PTRACE needed)", (int)pid,
                         strerror(errno));
-        return serr(err, errlen, "%s", mlz_proc_error());
+        return errbuf_set(err, errlen, "%s", mlz_proc_error());
     }
     /* The modules, for symbolization. */
     if (mlz_proc_modules(pid, &mods, &nmods)) {
-        if (kill(pid, 0) && errno == ESRCH) return serr(err, errlen, "no process %d", (int)pid) - 1;
-        return serr(err, errlen, "%s", mlz_proc_error());
+        if (kill(pid, 0) && errno == ESRCH) return errbuf_set(err, errlen, "no process %d", (int)pid) - 1;
+        return errbuf_set(err, errlen, "%s", mlz_proc_error());
     }
     if (!memlyze_info_readable(&in)) {
-        serr(err, errlen, "process %d runs a payload with a different data layout (version %u); use the matching memlyze",
+        errbuf_set(err, errlen, "process %d runs a payload with a different data layout (version %u); use the matching memlyze",
              (int)pid, in.version);
         goto out;
     }
@@ -139,11 +131,11 @@ int mlz_live_read(pid_t pid, mlz_live_heap *h, char *err, size_t errlen)
         get_u64(pid, in.mono_to_real_addr, &mono2real) || get_u64(pid, in.session_addr, &session) || get_u64(pid, in.map_slots_addr, &slots_addr) ||
         get_u64(pid, in.map_mask_addr, &mask) || get_u64(pid, in.stack_recs_addr, &recs) ||
         get_u64(pid, in.stack_frames_addr, &frames) || mlz_proc_read(pid, in.stack_next_id_addr, &next_id, 4)) {
-        serr(err, errlen, "cannot read process %d's memory: %s", (int)pid, strerror(errno));
+        errbuf_set(err, errlen, "cannot read process %d's memory: %s", (int)pid, strerror(errno));
         goto out;
     }
-    if (!ready || !slots_addr) { rc = serr(err, errlen, "memlyze is loaded in process %d but not attached", (int)pid) - 1; goto out; }
-    if (mask >> in.map_log2_max) { serr(err, errlen, "implausible heap map size in process %d", (int)pid); goto out; }
+    if (!ready || !slots_addr) { rc = errbuf_set(err, errlen, "memlyze is loaded in process %d but not attached", (int)pid) - 1; goto out; }
+    if (mask >> in.map_log2_max) { errbuf_set(err, errlen, "implausible heap map size in process %d", (int)pid); goto out; }
 
     /* Copy the map in 1 MiB pieces while the program runs, keeping only
      * what a snapshot needs of each consistent entry. */
@@ -151,12 +143,12 @@ int mlz_live_read(pid_t pid, mlz_live_heap *h, char *err, size_t errlen)
     slots = malloc(per * esz);
     size_t lcap = 4096, nlive = 0;
     live = malloc(lcap * sizeof *live);
-    if (!slots || !live) { serr(err, errlen, "out of memory"); goto out; }
+    if (!slots || !live) { errbuf_set(err, errlen, "out of memory"); goto out; }
     for (size_t i = 0; i < cap; i++) {
         if (i % per == 0) {
             size_t cnt = cap - i < per ? cap - i : per;
             if (mlz_proc_read(pid, slots_addr + i * esz, slots, cnt * esz)) {
-                rc = serr(err, errlen, "process %d went away or unmapped its heap map", (int)pid) - 1;
+                rc = errbuf_set(err, errlen, "process %d went away or unmapped its heap map", (int)pid) - 1;
                 goto out;
             }
         }
@@ -181,21 +173,21 @@ int mlz_live_read(pid_t pid, mlz_live_heap *h, char *err, size_t errlen)
         st->retried += tries > 0;
         if (nlive == lcap) {
             snap_obj *nv = realloc(live, 2 * lcap * sizeof *nv);
-            if (!nv) { serr(err, errlen, "out of memory"); goto out; }
+            if (!nv) { errbuf_set(err, errlen, "out of memory"); goto out; }
             live = nv;
             lcap *= 2;
         }
         live[nlive++] = (snap_obj){ k, e.size, e.time_ns, e.stack_id, e.tid };
     }
     st->live = nlive;
-    if (sort_by_time(live, nlive)) { serr(err, errlen, "out of memory"); goto out; }
+    if (sort_by_time(live, nlive)) { errbuf_set(err, errlen, "out of memory"); goto out; }
 
     /* The stacks the entries name, read once each; ids we cannot read (and
      * 0, "none") share one empty stack. */
     uint64_t empty_id = (uint64_t)next_id + 1;
     uint32_t *slot_of = calloc((size_t)next_id + 2, sizeof *slot_of);   /* id -> stacks index + 1 */
     stacks = malloc(cst * sizeof *stacks);
-    if (!slot_of || !stacks) { free(slot_of); serr(err, errlen, "out of memory"); goto out; }
+    if (!slot_of || !stacks) { free(slot_of); errbuf_set(err, errlen, "out of memory"); goto out; }
     for (size_t i = 0; i < nlive; i++) {
         uint64_t id = live[i].stack_id;
         if (id == 0 || id >= next_id) { live[i].stack_id = (uint32_t)empty_id; id = empty_id; }
@@ -220,19 +212,19 @@ int mlz_live_read(pid_t pid, mlz_live_heap *h, char *err, size_t errlen)
         }
         if (nst == cst) {
             mlz_raw_stack *nv = realloc(stacks, 2 * cst * sizeof *nv);
-            if (!nv) { free(slot_of); serr(err, errlen, "out of memory"); goto out; }
+            if (!nv) { free(slot_of); errbuf_set(err, errlen, "out of memory"); goto out; }
             stacks = nv;
             cst *= 2;
         }
         stacks[nst] = (mlz_raw_stack){ id, id == empty_id ? 0 : depth, malloc((depth ? depth : 1) * 8), 0 };
-        if (!stacks[nst].pcs) { free(slot_of); serr(err, errlen, "out of memory"); goto out; }
+        if (!stacks[nst].pcs) { free(slot_of); errbuf_set(err, errlen, "out of memory"); goto out; }
         memcpy(stacks[nst].pcs, pcs, (size_t)stacks[nst].depth * 8);
         slot_of[id] = (uint32_t)++nst;
     }
     free(slot_of);
 
     rmods = calloc(nmods ? nmods : 1, sizeof *rmods);
-    if (!rmods) { serr(err, errlen, "out of memory"); goto out; }
+    if (!rmods) { errbuf_set(err, errlen, "out of memory"); goto out; }
     for (size_t i = 0; i < nmods; i++) {
         rmods[i] = (mlz_raw_module){ mods[i].start, mods[i].end - mods[i].start, mods[i].bias, { 0 },
                                      mods[i].build_id_len, mods[i].path };
@@ -342,7 +334,7 @@ int mlz_live_write(mlz_live_heap *h, const char *out, int compress, char *err, s
     if (!we) we = mlz_writer_close(&wr);
     else mlz_writer_abort(&wr);
     free(meta);
-    if (we) return serr(err, errlen, "%s: %s", out, strerror(-we));
+    if (we) return errbuf_set(err, errlen, "%s: %s", out, strerror(-we));
     return 0;
 }
 
@@ -354,7 +346,7 @@ int mlz_live_write_new(mlz_live_heap *h, int compress, char *name, size_t namele
         int rc = mlz_live_write(h, name, compress, err, errlen);
         if (rc == 0 || !strstr(err, strerror(EEXIST))) return rc;   /* else taken meanwhile: the next N */
     }
-    return serr(err, errlen, "memlyze.%d.N.mlyze: no free name", (int)h->pid);
+    return errbuf_set(err, errlen, "memlyze.%d.N.mlyze: no free name", (int)h->pid);
 }
 
 int mlz_snapshot(pid_t pid, const char *out, int compress, snapshot_stats *st, char *err, size_t errlen)

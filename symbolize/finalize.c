@@ -15,6 +15,7 @@
  * one after the other, joined by an exec MARKER and FREE events for what the
  * old image still held.
  */
+#include "errbuf.h"
 #include "finalize.h"
 #include "addrset.h"
 #include "jsonw.h"
@@ -62,15 +63,6 @@ int mlz_encoding_parse(const char *name)
 unsigned mlz_encoding_flags(int encoding)
 {
     return encoding == MLZ_ENC_LZ4 ? MLZ_FLAG_LZ4 : encoding == MLZ_ENC_SPLIT ? MLZ_FLAG_SPLIT : 0;
-}
-
-static int ferr(char *err, size_t len, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, len, fmt, ap);
-    va_end(ap);
-    return -1;
 }
 
 static int get_v(const uint8_t **p, const uint8_t *end, uint64_t *v)
@@ -280,10 +272,10 @@ static int make_meta(fin *f, json_t *root, json_t *images, const char *const *na
     /* One symbolizer per image: its addresses mean nothing in another. */
     uint32_t nseg = f->nseg ? f->nseg : 1;
     symbolizer **syms = calloc(nseg, sizeof *syms);
-    if (!syms) return ferr(err, errlen, "out of memory");
+    if (!syms) return errbuf_set(err, errlen, "out of memory");
     int rc = -1;
     for (uint32_t s = 0; s < nseg; s++) {
-        if (!(syms[s] = sym_new())) { ferr(err, errlen, "cannot start libdw"); goto out; }
+        if (!(syms[s] = sym_new())) { errbuf_set(err, errlen, "cannot start libdw"); goto out; }
         size_t lo = f->mod_first ? f->mod_first[s] : 0, hi = f->mod_first ? f->mod_first[s + 1] : f->nmods;
         for (size_t i = lo; i < hi; i++)
             sym_add_module(syms[s], f->mods[i].path, f->mods[i].start, f->mods[i].size, f->mods[i].bias,
@@ -293,12 +285,12 @@ static int make_meta(fin *f, json_t *root, json_t *images, const char *const *na
     size_t cap = 1 << 20;
     for (;;) {
         char *meta = malloc(cap);
-        if (!meta) { ferr(err, errlen, "out of memory"); break; }
+        if (!meta) { errbuf_set(err, errlen, "out of memory"); break; }
         /* Interning is repeatable: same strings get the same ids again. */
         if ((*len = build_meta(f, syms, root, images, kind, meta, cap))) { *out = meta; rc = 0; break; }
         free(meta);
         cap *= 4;
-        if (cap > (1u << 31)) { ferr(err, errlen, "metadata too large"); break; }
+        if (cap > (1u << 31)) { errbuf_set(err, errlen, "metadata too large"); break; }
     }
 out:
     for (uint32_t s = 0; s < nseg; s++)
@@ -314,7 +306,7 @@ int mlz_symbolized_meta(mlz_raw_stack *stacks, size_t nstacks, mlz_raw_module *m
     f.files = json_object();
     f.funcs = json_object();
     int rc = f.files && f.funcs ? make_meta(&f, root, NULL, NULL, 0, NULL, kind, meta, len, err, errlen)
-                                : ferr(err, errlen, "out of memory");
+                                : errbuf_set(err, errlen, "out of memory");
     json_decref(f.files);
     json_decref(f.funcs);
     return rc;
@@ -395,9 +387,9 @@ int mlz_finalize_segments(const char *const *spools, size_t n, const char *out, 
     f.files = json_object();
     f.funcs = json_object();
     size_t nnames = 0;
-    if (!n) { ferr(err, errlen, "no spool to finalize"); goto out; }
+    if (!n) { errbuf_set(err, errlen, "no spool to finalize"); goto out; }
     if (!roots || !starts || !name_ids || !names || !f.id_offs || !f.mod_first || !f.files || !f.funcs) {
-        ferr(err, errlen, "out of memory");
+        errbuf_set(err, errlen, "out of memory");
         goto out;
     }
     f.nseg = (uint32_t)n;
@@ -406,18 +398,18 @@ int mlz_finalize_segments(const char *const *spools, size_t n, const char *out, 
     for (size_t s = 0; s < n; s++) {
         const char *sp = spools[s];
         if (!(r = mlz_reader_open(sp, MLZ_READ_TRUNCATED_OK, &e))) {
-            ferr(err, errlen, "%s: %s: %s", sp, mlz_rule_name(e.rule), e.msg);
+            errbuf_set(err, errlen, "%s: %s: %s", sp, mlz_rule_name(e.rule), e.msg);
             goto out;
         }
         const mlz_meta *m = mlz_reader_meta(r);
         if (!m->kind || strcmp(m->kind, "spool")) {
-            ferr(err, errlen, "%s: not a spool (kind %s)", sp, m->kind ? m->kind : "none");
+            errbuf_set(err, errlen, "%s: not a spool (kind %s)", sp, m->kind ? m->kind : "none");
             goto out;
         }
         roots[s] = json_incref(m->root);
         json_t *pid0 = json_object_get(roots[0], "pid"), *pid = json_object_get(m->root, "pid");
         if (s && json_is_integer(pid0) && json_is_integer(pid) && json_integer_value(pid0) != json_integer_value(pid)) {
-            ferr(err, errlen, "%s: pid %lld, not an image of %s's process (pid %lld)", sp,
+            errbuf_set(err, errlen, "%s: pid %lld, not an image of %s's process (pid %lld)", sp,
                  (long long)json_integer_value(pid), spools[0], (long long)json_integer_value(pid0));
             goto out;
         }
@@ -429,11 +421,11 @@ int mlz_finalize_segments(const char *const *spools, size_t n, const char *out, 
         f.exec_rec = NULL;
         while ((k = mlz_reader_next(r, &ev, &e)) == 1)
             if (ev.type >= MLZ_EV_EXT_FIRST && collect(&f, &ev)) {
-                ferr(err, errlen, "%s: malformed spool record at byte %llu", sp, (unsigned long long)ev.offset);
+                errbuf_set(err, errlen, "%s: malformed spool record at byte %llu", sp, (unsigned long long)ev.offset);
                 goto out;
             }
         if (k < 0) {
-            ferr(err, errlen, "%s: %s at byte %llu: %s", sp, mlz_rule_name(e.rule),
+            errbuf_set(err, errlen, "%s: %s at byte %llu: %s", sp, mlz_rule_name(e.rule),
                  (unsigned long long)e.offset, e.msg);
             goto out;
         }
@@ -450,7 +442,7 @@ int mlz_finalize_segments(const char *const *spools, size_t n, const char *out, 
     char line[4096];
     for (size_t s = 1; s < n; s++) {
         cmdline_of(roots[s], line, sizeof line);
-        if (asprintf(&names[nnames++], "exec: %s", line) < 0) { names[--nnames] = NULL; ferr(err, errlen, "out of memory"); goto out; }
+        if (asprintf(&names[nnames++], "exec: %s", line) < 0) { names[--nnames] = NULL; errbuf_set(err, errlen, "out of memory"); goto out; }
     }
     char *why = NULL, *xpath = NULL, *xcmd = NULL;
     if (f.exec_rec) {
@@ -458,12 +450,12 @@ int mlz_finalize_segments(const char *const *spools, size_t n, const char *out, 
         if (!*why) why = "the new image did not start the profiler";
         if (asprintf(&names[nnames++], "exec not profiled (%s): %s", why, *xcmd ? xcmd : xpath) < 0) {
             names[--nnames] = NULL;
-            ferr(err, errlen, "out of memory");
+            errbuf_set(err, errlen, "out of memory");
             goto out;
         }
     }
     if ((n > 1 || why) && !(images = images_meta(roots, starts, n, why, xpath, xcmd))) {
-        ferr(err, errlen, "out of memory");
+        errbuf_set(err, errlen, "out of memory");
         goto out;
     }
     size_t ml = 0;
@@ -478,13 +470,13 @@ int mlz_finalize_segments(const char *const *spools, size_t n, const char *out, 
                           .replace = replace, .mode = 0600, .buf = buf, .buf_size = sizeof buf,
                           .zbuf = zbuf, .zbuf_size = sizeof zbuf };
     we = mlz_writer_open(&w, out, &o);
-    if (we) { ferr(err, errlen, "%s: %s", out, strerror(-we)); goto out; }
+    if (we) { errbuf_set(err, errlen, "%s: %s", out, strerror(-we)); goto out; }
     uint64_t last = starts[0], allocs = 0, bytes = 0;
     end_ctx ec = { &w, 0 };
     for (size_t s = 0; s < n && !we; s++) {
         if (!(r = mlz_reader_open(spools[s], MLZ_READ_TRUNCATED_OK, &e))) {
             mlz_writer_abort(&w);
-            ferr(err, errlen, "%s: reopening: %s", spools[s], e.msg);
+            errbuf_set(err, errlen, "%s: reopening: %s", spools[s], e.msg);
             goto out;
         }
         if (s > 0) {
@@ -521,7 +513,7 @@ int mlz_finalize_segments(const char *const *spools, size_t n, const char *out, 
     }
     if (k < 0 || we) {
         mlz_writer_abort(&w);
-        ferr(err, errlen, "%s: %s", out, we ? strerror(-we) : e.msg);
+        errbuf_set(err, errlen, "%s: %s", out, we ? strerror(-we) : e.msg);
         goto out;
     }
     if (sum) {
@@ -529,7 +521,7 @@ int mlz_finalize_segments(const char *const *spools, size_t n, const char *out, 
                                   .live_bytes = live.live_bytes, .images = n, .unprofiled_exec = why != NULL };
     }
     we = mlz_writer_close(&w);
-    if (we) { ferr(err, errlen, "%s: %s", out, strerror(-we)); goto out; }
+    if (we) { errbuf_set(err, errlen, "%s: %s", out, strerror(-we)); goto out; }
     rc = 0;
 out:
     if (r) mlz_reader_close(r);
