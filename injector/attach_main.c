@@ -79,9 +79,8 @@ int main(int argc, char **argv)
         default: return die_usage("bad option");
         }
     }
-    if (argc - optind != 1) return die_usage("need exactly one PID");
-    pid_t pid = mlz__cli_pid(argv[optind]);
-    if (pid <= 0) return die_usage("PID must be a process id");
+    pid_t pid = mlz__cli_pid_arg(argc, argv, optind, &bad);
+    if (pid <= 0) return die_usage(bad);
     const char *output = o.output;
     int quiet = o.quiet, timeout_ms = o.timeout_ms, hold_ms = o.hold_ms;
     pid_t want_tid = o.thread;

@@ -34,6 +34,14 @@ int mlz__cli_option(int c, const char *arg, mlz_cli *o, const char **bad)
     return 0;
 }
 
+pid_t mlz__cli_pid_arg(int argc, char **argv, int optind, const char **bad)
+{
+    if (argc - optind != 1) { *bad = "need exactly one PID"; return -1; }
+    pid_t pid = mlz__cli_pid(argv[optind]);
+    if (pid <= 0) *bad = "PID must be a process id";
+    return pid;
+}
+
 pid_t mlz__cli_pid(const char *arg)
 {
     char *end;

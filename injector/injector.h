@@ -288,5 +288,7 @@ int   mlz__cli_option(int c, const char *arg, mlz_cli *o, const char **bad);
 int   mlz__cli_usage(const char *prog, const char *usage, const char *msg);
 /* The PID argument (-1 if it is not one); also raises our priority. */
 pid_t mlz__cli_pid(const char *arg);
+/* The one PID left after the options; -1 and *bad when missing or wrong. */
+pid_t mlz__cli_pid_arg(int argc, char **argv, int optind, const char **bad);
 
 #endif

@@ -816,6 +816,21 @@ def parse_attach_args(argv):
     return rate, out, lib, spool, unwind
 
 
+def parse_detach_args(argv):
+    """memlyze detach [--output FILE] [--spool FILE]: (output, spool), absolute or None."""
+    out, spool = None, None
+    a = list(argv)
+    while a:
+        x = a.pop(0)
+        if x in ("--output", "-o") and a:
+            out = os.path.abspath(os.path.expanduser(a.pop(0)))
+        elif x == "--spool" and a:
+            spool = os.path.abspath(os.path.expanduser(a.pop(0)))
+        else:
+            raise MlzError("usage: memlyze detach [--output FILE] [--spool FILE]")
+    return out, spool
+
+
 def parse_rate(s):
     m = re.match(r"^([0-9]+)([kKmM]?)(i?[bB])?$", s)
     if not m or int(m.group(1)) == 0:
@@ -1306,16 +1321,7 @@ F frames each (default 4). Reads memory only."""
             return None
 
     def do_detach(argv):
-        out, spool = None, None
-        a = list(argv)
-        while a:
-            x = a.pop(0)
-            if x in ("--output", "-o") and a:
-                out = os.path.abspath(os.path.expanduser(a.pop(0)))
-            elif x == "--spool" and a:
-                spool = os.path.abspath(os.path.expanduser(a.pop(0)))
-            else:
-                raise MlzError("usage: memlyze detach [--output FILE] [--spool FILE]")
+        out, spool = parse_detach_args(argv)
         inf = _live_target()
         pid = inf.pid
         t, p, _ = _payload()

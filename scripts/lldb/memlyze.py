@@ -278,16 +278,7 @@ def do_attach(t, argv, say):
 
 
 def do_detach(t, argv, say):
-    out, spool = None, None
-    a = list(argv)
-    while a:
-        x = a.pop(0)
-        if x in ("--output", "-o") and a:
-            out = os.path.abspath(os.path.expanduser(a.pop(0)))
-        elif x == "--spool" and a:
-            spool = os.path.abspath(os.path.expanduser(a.pop(0)))
-        else:
-            raise MlzError("usage: memlyze detach [--output FILE] [--spool FILE]")
+    out, spool = core.parse_detach_args(argv)
     if t.is_core:
         raise MlzError("a core file cannot be profiled: attach and detach need a live process")
     p, _ = _find_payload(t)
