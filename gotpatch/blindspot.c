@@ -61,11 +61,9 @@ static int target_index(const uintptr_t *t, const uint8_t *th, size_t nt, uintpt
     return -1;
 }
 
-static void scan_segment(struct sctx *c, mlz_got_module_report *mr, uintptr_t s, uintptr_t e,
-                         const uintptr_t *t, const uint8_t *th, size_t nt)
+uintptr_t mlz__last_rel32_to(uintptr_t s, size_t len, const uintptr_t *t, size_t nt)
 {
     const uint8_t *p = (const uint8_t *)s;
-    size_t len = e - s;
     uintptr_t last = 0;
     for (size_t i = 0; i + 5 <= len; i++) {
         uintptr_t tgt = 0;
@@ -78,8 +76,19 @@ static void scan_segment(struct sctx *c, mlz_got_module_report *mr, uintptr_t s,
             memcpy(&rel, p + i + 2, 4);
             tgt = s + i + 6 + (intptr_t)rel;
         }
-        if (tgt && target_index(t, th, nt, tgt) >= 0) last = s + i;
+        if (!tgt) continue;
+        for (size_t k = 0; k < nt; k++)
+            if (t[k] == tgt) { last = s + i; break; }
     }
+    return last;
+}
+
+static void scan_segment(struct sctx *c, mlz_got_module_report *mr, uintptr_t s, uintptr_t e,
+                         const uintptr_t *t, const uint8_t *th, size_t nt)
+{
+    const uint8_t *p = (const uint8_t *)s;
+    size_t len = e - s;
+    uintptr_t last = mlz__last_rel32_to(s, len, t, nt);
     mr->bytes_scanned += len;
     c->out->bytes_scanned += len;
     if (!last) return;
@@ -212,5 +221,7 @@ int mlz_got_format_report(const mlz_got_blindspot_report *r, char *buf, size_t l
                m->site_hook[k] < mlz__got.nhooks ? mlz__got.name[m->site_hook[k]] : "?");
     }
     if (r->n > n) sb(&s, "(%zu more modules not shown)\n", r->n - n);
+    size_t room = s.pos < s.len ? s.len - s.pos : 0;
+    s.pos += (size_t)mlz__format_inline(room ? s.b + s.pos : NULL, room);
     return (int)s.pos;
 }

@@ -1,0 +1,101 @@
+/*
+ * sites.c - the allocation sites of the inline-hook targets. The allocator
+ * behind them is whatever the program is linked with: its own malloc in the
+ * executable (own_alloc.c), jemalloc linked statically, or a -Bsymbolic
+ * library (bsym_alloc.c). Calls from here to malloc are direct when the
+ * allocator is in the executable: no GOT slot, only an inline hook sees them.
+ *
+ *   sites [THREADS]   held: site_malloc 100000 B, site_calloc 50000 B,
+ *                     site_realloc 60000 B, plus THREADS x site_thread
+ *                     8000 B; churn frees everything it allocates; every
+ *                     block's contents are checked before it is freed.
+ */
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define N_MALLOC 1000
+static void *held_malloc[N_MALLOC], *held_calloc[10], *held_realloc[20];
+static volatile int bad;
+
+__attribute__((noinline)) void site_malloc(void)
+{
+    for (int i = 0; i < N_MALLOC; i++) {
+        held_malloc[i] = malloc(100);
+        memset(held_malloc[i], i & 0xff, 100);
+    }
+}
+
+__attribute__((noinline)) void site_calloc(void)
+{
+    for (int i = 0; i < 10; i++) {
+        held_calloc[i] = calloc(10, 500);
+        for (int k = 0; k < 5000; k++)
+            if (((unsigned char *)held_calloc[i])[k]) bad = 1;
+    }
+}
+
+/* grows each block 1000 -> 3000 bytes: 20 x 3000 live */
+__attribute__((noinline)) void site_realloc(void)
+{
+    for (int i = 0; i < 20; i++) {
+        char *p = malloc(1000);
+        memset(p, 'r', 1000);
+        p = realloc(p, 3000);
+        for (int k = 0; k < 1000; k++)
+            if (p[k] != 'r') bad = 1;
+        held_realloc[i] = p;
+    }
+}
+
+/* allocates and frees, checking every block's pattern */
+__attribute__((noinline)) static void churn(unsigned seed, int rounds)
+{
+    void *b[64] = { 0 };
+    size_t sz[64] = { 0 };
+    for (int r = 0; r < rounds; r++) {
+        seed = seed * 1103515245u + 12345u;
+        int k = (int)(seed >> 16) % 64;
+        if (b[k]) {
+            for (size_t j = 0; j < sz[k]; j++)
+                if (((unsigned char *)b[k])[j] != (unsigned char)(k + sz[k])) bad = 1;
+            free(b[k]);
+            b[k] = NULL;
+        } else {
+            sz[k] = 16 + (seed >> 8) % 600;
+            b[k] = malloc(sz[k]);
+            memset(b[k], (int)(k + sz[k]) & 0xff, sz[k]);
+        }
+    }
+    for (int k = 0; k < 64; k++) free(b[k]);
+}
+
+__attribute__((noinline)) void *site_thread(void *arg)
+{
+    void *p = malloc(8000);
+    memset(p, 1, 8000);
+    churn((unsigned)(uintptr_t)arg, 20000);
+    return p;
+}
+
+int main(int argc, char **argv)
+{
+    int threads = argc > 1 ? atoi(argv[1]) : 4;
+    if (threads < 1 || threads > 64) threads = 4;
+    site_malloc();
+    site_calloc();
+    site_realloc();
+    pthread_t t[64];
+    void *kept[64];
+    for (int i = 0; i < threads; i++) pthread_create(&t[i], NULL, site_thread, (void *)(uintptr_t)(i + 1));
+    for (int i = 0; i < threads; i++) pthread_join(t[i], &kept[i]);
+    churn(7, 50000);
+    for (int i = 0; i < N_MALLOC; i++)
+        for (int k = 0; k < 100; k++)
+            if (((unsigned char *)held_malloc[i])[k] != (i & 0xff)) bad = 1;
+    printf("sites: %d threads, data %s\n", threads, bad ? "CORRUPT" : "ok");
+    fflush(stdout);
+    return bad ? 3 : 0;
+}
