@@ -9,12 +9,20 @@
  *                     site_realloc 60000 B, plus THREADS x site_thread
  *                     8000 B; churn frees everything it allocates; every
  *                     block's contents are checked before it is freed.
+ *   SITES_DETACH=1    (under MEMLYZE_MODE=got) while THREADS threads churn,
+ *                     call memlyze_detach; print the first 16 code bytes of
+ *                     malloc, free, calloc, realloc before and after, with
+ *                     their link-time addresses, for comparison with the file.
  */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <link.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define N_MALLOC 1000
 static void *held_malloc[N_MALLOC], *held_calloc[10], *held_realloc[20];
@@ -80,8 +88,57 @@ __attribute__((noinline)) void *site_thread(void *arg)
     return p;
 }
 
+static int first_bias(struct dl_phdr_info *info, size_t size, void *arg)
+{
+    (void)size;
+    *(uintptr_t *)arg = info->dlpi_addr;
+    return 1;
+}
+
+static void print_code(const char *when)
+{
+    static const char *const names[] = { "malloc", "free", "calloc", "realloc" };
+    void *const fns[] = { (void *)malloc, (void *)free, (void *)calloc, (void *)realloc };
+    uintptr_t bias = 0;
+    dl_iterate_phdr(first_bias, &bias);
+    for (int i = 0; i < 4; i++) {
+        printf("code %s %s %#lx ", when, names[i], (unsigned long)((uintptr_t)fns[i] - bias));
+        for (int k = 0; k < 16; k++) printf("%02x", ((unsigned char *)fns[i])[k]);
+        printf("\n");
+    }
+}
+
+static void *churner(void *arg)
+{
+    churn((unsigned)(uintptr_t)arg, 200000);
+    return NULL;
+}
+
+static int detach_under_load(int threads)
+{
+    int (*detach)(void) = (int (*)(void))dlsym(RTLD_DEFAULT, "memlyze_detach");
+    if (!detach) { printf("no memlyze_detach\n"); return 1; }
+    print_code("attached");
+    pthread_t t[64];
+    for (int i = 0; i < threads; i++) pthread_create(&t[i], NULL, churner, (void *)(uintptr_t)(i + 100));
+    struct timespec ts = { 0, 20 * 1000 * 1000 };
+    nanosleep(&ts, NULL);
+    int rc = detach();
+    for (int i = 0; i < threads; i++) pthread_join(t[i], NULL);
+    print_code("detached");
+    printf("detach rc %d\n", rc);
+    return 0;
+}
+
+#ifdef BSYM
+void lib_site(void);
+#endif
+
 int main(int argc, char **argv)
 {
+#ifdef BSYM
+    lib_site();
+#endif
     int threads = argc > 1 ? atoi(argv[1]) : 4;
     if (threads < 1 || threads > 64) threads = 4;
     site_malloc();
@@ -92,6 +149,8 @@ int main(int argc, char **argv)
     for (int i = 0; i < threads; i++) pthread_create(&t[i], NULL, site_thread, (void *)(uintptr_t)(i + 1));
     for (int i = 0; i < threads; i++) pthread_join(t[i], &kept[i]);
     churn(7, 50000);
+    if (getenv("SITES_DETACH") && detach_under_load(threads)) bad = 1;
+    churn(8, 50000);   /* the program runs on */
     for (int i = 0; i < N_MALLOC; i++)
         for (int k = 0; k < 100; k++)
             if (((unsigned char *)held_malloc[i])[k] != (i & 0xff)) bad = 1;
