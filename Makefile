@@ -175,6 +175,7 @@ bench: all
 	bench/bench_payload.sh
 	bench/bench_snapshot.sh
 	bench/bench_attach.sh
+	bench/bench_inline.sh
 
 # Long runs, not in CI: thousands of attach/detach cycles, hundreds of kills.
 soak: all
