@@ -276,6 +276,8 @@ typedef struct mlz_got_inline_info {
     uintptr_t fn, at;        /* function, address of the jump */
     uintptr_t trampoline;    /* 0 if refused */
     uint8_t len, rip_fixups, branch_fixups, installed;
+    uint8_t jmp_len;         /* the jump: jmp[0..jmp_len) replaces orig[0..jmp_len) at `at` */
+    uint8_t orig[16], jmp[16];
     const char *why;         /* refusal reason, or "" */
 } mlz_got_inline_info;
 

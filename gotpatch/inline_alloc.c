@@ -102,6 +102,9 @@ int mlz_got_inline_remove(size_t *left)
     int n = 0;
     if (left) *left = 0;
     for (size_t i = 0; i < mlz__got.nhooks; i++) {
+        if (inl[i].state == MLZ_INLINE_PREPARED &&
+            memcmp((const void *)inl[i].at, inl[i].jmp, inl[i].jmp_len) == 0)
+            inl[i].state = MLZ_INLINE_INSTALLED;   /* written by an injector (inline_sites.h) */
         if (inl[i].state != MLZ_INLINE_INSTALLED) continue;
         int rc = mlz_inline_remove(&inl[i]);
         if (rc == 0) n++;
@@ -124,7 +127,10 @@ size_t mlz_got_inline_list(mlz_got_inline_info *out, size_t cap)
                 .fn = h->fn, .at = h->at, .trampoline = ok ? (uintptr_t)h->trampoline : 0,
                 .len = h->len, .rip_fixups = h->rip_fixups, .branch_fixups = h->branch_fixups,
                 .installed = h->state == MLZ_INLINE_INSTALLED, .why = ok ? "" : h->why,
+                .jmp_len = h->jmp_len,
             };
+            memcpy(out[n].orig, h->orig, sizeof out[n].orig);
+            memcpy(out[n].jmp, h->jmp, sizeof out[n].jmp);
         }
         n++;
     }

@@ -29,8 +29,9 @@
 #include <unistd.h>
 
 static const char *const entry_names[] = { "memlyze_attach", "memlyze_detach", "memlyze_strerror",
-                                           "memlyze_attach_stats" };
-#define NENTRY 4
+                                           "memlyze_attach_stats",
+                                           "memlyze_inline_sites" };
+#define NENTRY 5
 
 /* Data-area offsets for the arguments of one step. */
 #define D_NAME 0
@@ -106,7 +107,8 @@ static int call(mlz_remote *r, uint64_t fn, uint64_t a0, uint64_t a1, uint64_t *
 
 static int remote_dlsym(mlz_remote *r, uint64_t fn_dlsym, uint64_t handle, mlz_loaded *out)
 {
-    uint64_t *dst[NENTRY] = { &out->fn_attach, &out->fn_detach, &out->fn_strerror, &out->fn_stats };
+    uint64_t *dst[NENTRY] = { &out->fn_attach, &out->fn_detach, &out->fn_strerror, &out->fn_stats,
+                              &out->fn_inline };
     for (int i = 0; i < NENTRY; i++) {
         uint64_t at;
         int rc = mlz__remote_put(r, D_SYM, entry_names[i], strlen(entry_names[i]) + 1, &at);
@@ -153,6 +155,7 @@ int mlz__find_loaded(mlz_remote *r, mlz_loaded *out)
     out->fn_detach = addrs[1];
     out->fn_strerror = addrs[2];
     out->fn_stats = addrs[3];
+    out->fn_inline = addrs[4];
     out->reused = 1;
     if (!out->fn_attach || !out->fn_detach) {
         mlz__err("the library mapped as the payload in %d lacks memlyze_attach/memlyze_detach", (int)r->pid);

@@ -21,6 +21,7 @@
 #include "gotpatch.h"
 #include "mlz_format.h"
 #include "modtab.h"
+#include "inline_sites.h"
 
 #include <dlfcn.h>
 #include <pthread.h>
@@ -58,6 +59,7 @@ static int got_ready;                 /* mlz_got_init done (once per process) */
  * MEMLYZE_MODE=got starts from a constructor before main - or when the
  * caller says it has stopped and checked every thread ("inline=1"). */
 static int inline_wanted, inline_prepared;
+static int inline_remote;    /* "inline=remote": prepare only, the injector writes (inline_sites.h) */
 _Atomic int mlz__attached;   /* read from outside through memlyze_info */
 static int patched_modules, patched_slots;
 
@@ -113,7 +115,8 @@ static int parse_config(const char *cfg)
                 memcpy(mlz__g.spool_path, v, vlen);
                 mlz__g.spool_path[vlen] = 0;
             } else if (klen == 6 && !memcmp(cfg, "inline", 6)) {
-                inline_wanted = vlen == 1 && v[0] == '1';
+                inline_wanted = (vlen == 1 && v[0] == '1') || (vlen == 6 && !memcmp(v, "remote", 6));
+                inline_remote = vlen == 6 && !memcmp(v, "remote", 6);
             } else if (klen == 8 && !memcmp(cfg, "coverage", 8)) {
                 mlz__g.coverage = vlen == 1 && v[0] == '1';
             } else if (klen == 6 && !memcmp(cfg, "unwind", 6)) {
@@ -166,7 +169,7 @@ static int got_attach(void)
     mlz__g.real = r;
     if (mlz__start()) return -EIO;
     atomic_store(&mlz__attached, 1);
-    if (inline_wanted) mlz_got_inline_install();   /* before the GOT: its slots to these are left alone */
+    if (inline_wanted && !inline_remote) mlz_got_inline_install();   /* before the GOT: its slots to these are left alone */
     int n = mlz_got_patch_all();
     if (n < 0) {
         memlyze_detach();
@@ -218,6 +221,25 @@ MLZ_EXPORT int memlyze_detach(void)
     mlz__drain_stop();
     mlz__release();
     return rep.failed ? -EPERM : 0;
+}
+
+MLZ_EXPORT int memlyze_inline_sites(struct memlyze_inline_site *out, int cap)
+{
+    mlz_got_inline_info v[MEMLYZE_INLINE_SITES_MAX];
+    size_t n = mlz_got_inline_list(v, MEMLYZE_INLINE_SITES_MAX), k = 0;
+    if (n > MEMLYZE_INLINE_SITES_MAX) n = MEMLYZE_INLINE_SITES_MAX;
+    for (size_t i = 0; i < n && (int)k < cap; i++) {
+        if (!v[i].trampoline || v[i].installed) continue;
+        struct memlyze_inline_site *o = &out[k++];
+        memset(o, 0, sizeof *o);
+        o->at = v[i].at;
+        o->name = (uint64_t)(uintptr_t)v[i].name;
+        o->len = v[i].len;
+        o->jmp_len = v[i].jmp_len;
+        memcpy(o->orig, v[i].orig, sizeof o->orig);
+        memcpy(o->jmp, v[i].jmp, sizeof o->jmp);
+    }
+    return (int)k;
 }
 
 MLZ_EXPORT const char *memlyze_strerror(int code)

@@ -9,6 +9,10 @@
  *                     site_realloc 60000 B, plus THREADS x site_thread
  *                     8000 B; churn frees everything it allocates; every
  *                     block's contents are checked before it is freed.
+ *   sites THREADS serve   for attach tests: THREADS threads churn (data
+ *                     checked) until SIGTERM; each SIGUSR1 makes main run
+ *                     site_malloc once more (100000 B more held) and print
+ *                     "sites done N"; on SIGTERM prints "serve: data ok|CORRUPT".
  *   SITES_DETACH=1    (under MEMLYZE_MODE=got) while THREADS threads churn,
  *                     call memlyze_detach; print the first 16 code bytes of
  *                     malloc, free, calloc, realloc before and after, with
@@ -18,6 +22,7 @@
 #include <dlfcn.h>
 #include <link.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -88,6 +93,40 @@ __attribute__((noinline)) void *site_thread(void *arg)
     return p;
 }
 
+static volatile sig_atomic_t usr1, term;
+static void on_sig(int sig) { if (sig == SIGUSR1) usr1++; else term = 1; }
+
+static void *serve_churn(void *arg)
+{
+    unsigned seed = (unsigned)(uintptr_t)arg;
+    while (!term) churn(seed++, 5000);
+    return NULL;
+}
+
+static int serve(int threads)
+{
+    signal(SIGUSR1, on_sig);
+    signal(SIGTERM, on_sig);
+    pthread_t t[64];
+    for (int i = 0; i < threads; i++) pthread_create(&t[i], NULL, serve_churn, (void *)(uintptr_t)(i + 1000));
+    printf("serving\n");
+    fflush(stdout);
+    int done = 0;
+    while (!term) {
+        if (usr1 > done) {
+            done++;
+            site_malloc();   /* the previous round's blocks stay allocated, unreachable: held */
+            printf("sites done %d\n", done);
+            fflush(stdout);
+        }
+        struct timespec ts = { 0, 2 * 1000 * 1000 };
+        nanosleep(&ts, NULL);
+    }
+    for (int i = 0; i < threads; i++) pthread_join(t[i], NULL);
+    printf("serve: data %s\n", bad ? "CORRUPT" : "ok");
+    return bad ? 3 : 0;
+}
+
 static int first_bias(struct dl_phdr_info *info, size_t size, void *arg)
 {
     (void)size;
@@ -141,6 +180,7 @@ int main(int argc, char **argv)
 #endif
     int threads = argc > 1 ? atoi(argv[1]) : 4;
     if (threads < 1 || threads > 64) threads = 4;
+    if (argc > 2 && !strcmp(argv[2], "serve")) return serve(threads);
     site_malloc();
     site_calloc();
     site_realloc();
