@@ -68,6 +68,13 @@ fi
 "$MEMLYZE" run --got -r 1 -o "$T/own1.mlyze" -- "$T/own" 1 >/dev/null 2>&1
 check "own, one thread: no unmatched frees" bash -c "! '$MEMLYZE' stats '$T/own1.mlyze' | grep -q unmatched"
 
+# Plain memlyze run (LD_PRELOAD) would see nothing of an allocator the
+# executable defines: it switches to the GOT path by itself.
+"$MEMLYZE" run -r 1 -o "$T/plain.mlyze" -- "$T/own" 4 >/dev/null 2>"$T/plain.err"
+check "plain run: says it uses GOT patching with inline hooks" grep -q "defines malloc itself" "$T/plain.err"
+"$MEMLYZE" top --json -n 200 --frames 4 "$T/plain.mlyze" > "$T/plain.json"
+check "plain run: site_malloc exact (100000)" test "$(site_bytes "$T/plain.json" site_malloc)" = 100000
+
 # Without the inline hooks the direct calls are invisible: the same count
 # fails (so the checks above depend on them).
 MEMLYZE_INLINE=0 "$MEMLYZE" run --got -r 1 -o "$T/off.mlyze" -- "$T/own" 4 >/dev/null 2>&1
