@@ -180,7 +180,7 @@ bench: all
 # Long runs, not in CI: thousands of attach/detach cycles, hundreds of kills.
 soak: all
 	@bash tests/soak/attach_soak.sh
-	@INLINE_CYCLES=100 bash tests/e2e/inline_attach.sh
+	@INLINE_CYCLES=100 INLINE_CYCLES_JE=100 bash tests/e2e/inline_attach.sh
 
 deps:
 	@tests/install-deps.sh

@@ -2,8 +2,9 @@
 # Inline hooks in attached processes: targets whose allocator is in the
 # executable (own malloc; jemalloc linked statically, PIE and non-PIE) run
 # 16 threads that allocate and check their data without pause, while
-# memlyze-attach / memlyze-detach cycle INLINE_CYCLES times (20 here; make
-# soak runs more). Each cycle: memlyze-attach -v names the hooks it wrote
+# memlyze-attach / memlyze-detach cycle INLINE_CYCLES times for own (20
+# here) and INLINE_CYCLES_JE times for each jemalloc build (5 here: a cycle
+# finalizes a trace, seconds on a loaded machine); make soak runs 100 each. Each cycle: memlyze-attach -v names the hooks it wrote
 # with every thread stopped; the allocator's code bytes in the target's
 # memory differ while attached and equal the originals after detach; one
 # round of site_malloc (1000 x 100 B, direct calls) made while attached is
@@ -11,7 +12,10 @@
 . "$(dirname "$0")/lib.sh"
 ATTACH="$B/bin/memlyze-attach"
 DETACH="$B/bin/memlyze-detach"
-CYCLES=${INLINE_CYCLES:-20}
+CYCLES_OWN=${INLINE_CYCLES:-20}
+CYCLES_JE=${INLINE_CYCLES_JE:-5}
+P=
+trap '[ -n "$P" ] && kill -9 $P 2>/dev/null; rm -rf "$T"' EXIT
 S="$ROOT/tests/targets/inline"
 [ -x "$ATTACH" ] || { skip "inline attach" "memlyze-attach not built"; finish; }
 
@@ -55,6 +59,8 @@ print(int(round(sum(s['live_bytes'] for s in d['sites'] if s['frames'][0].starts
 }
 
 for v in $variants; do
+    CYCLES=$CYCLES_OWN
+    [ "$v" = own ] || CYCLES=$CYCLES_JE
     "$T/$v" 16 serve > "$T/$v.out" 2>&1 &
     P=$!
     for _ in $(seq 100); do grep -q serving "$T/$v.out" && break; sleep 0.05; done
@@ -95,6 +101,7 @@ PY
 )"
     kill -TERM $P
     wait $P
+    P=
     check "$v: the target ran on, its data checks passed" grep -q "serve: data ok" "$T/$v.out"
 done
 finish

@@ -9,8 +9,8 @@
  *                     site_realloc 60000 B, plus THREADS x site_thread
  *                     8000 B; churn frees everything it allocates; every
  *                     block's contents are checked before it is freed.
- *   sites THREADS serve   for attach tests: THREADS threads churn (data
- *                     checked) until SIGTERM; each SIGUSR1 makes main run
+ *   sites THREADS serve   for attach tests: THREADS threads churn in bursts
+ *                     (data checked) until SIGTERM; each SIGUSR1 makes main run
  *                     site_malloc once more (100000 B more held) and print
  *                     "sites done N"; on SIGTERM prints "serve: data ok|CORRUPT".
  *   SITES_DETACH=1    (under MEMLYZE_MODE=got) while THREADS threads churn,
@@ -96,10 +96,17 @@ __attribute__((noinline)) void *site_thread(void *arg)
 static volatile sig_atomic_t usr1, term;
 static void on_sig(int sig) { if (sig == SIGUSR1) usr1++; else term = 1; }
 
+/* Bursts of 64 operations every 10 ms: allocating whenever memlyze stops
+ * the threads, without a flood of events in exact mode (each attach cycle
+ * finalizes its trace). */
 static void *serve_churn(void *arg)
 {
     unsigned seed = (unsigned)(uintptr_t)arg;
-    while (!term) churn(seed++, 5000);
+    while (!term) {
+        churn(seed++, 64);
+        struct timespec ts = { 0, 10 * 1000 * 1000 };
+        nanosleep(&ts, NULL);
+    }
     return NULL;
 }
 
