@@ -68,6 +68,24 @@ fi
 "$MEMLYZE" run --got -r 1 -o "$T/own1.mlyze" -- "$T/own" 1 >/dev/null 2>&1
 check "own, one thread: no unmatched frees" bash -c "! '$MEMLYZE' stats '$T/own1.mlyze' | grep -q unmatched"
 
+# C++ operator new/delete defined in the executable, over its own malloc:
+# new[] and libstdc++'s std::string buffers each counted once.
+if g++ -O2 -g -o "$T/newt" "$S/new_sites.cc" -x c "$S/own_alloc.c" 2>"$T/newt.build"; then
+    out=$("$MEMLYZE" run --got -r 1 -o "$T/newt.mlyze" -- "$T/newt" 2>/dev/null)
+    check "c++ new: program runs" test "$out" = "new_sites: ok"
+    "$MEMLYZE" top --json -n 200 --frames 6 "$T/newt.mlyze" > "$T/newt.json"
+    via() {   # live bytes of sites with FUNCTION among their first 4 frames
+        python3 -c "
+import json, sys
+d = json.load(open('$T/newt.json'))
+print(int(round(sum(s['live_bytes'] for s in d['sites'] if any(f.startswith('$1(') for f in s['frames'][:4])))))"
+    }
+    check "c++ new: site_new exact (1000 x 100)" test "$(via site_new)" = 100000
+    check "c++ new: site_string exact (10 x (5001 + 32))" test "$(via site_string)" = 50330
+else
+    fail "build c++ new target" "$(head -c 300 "$T/newt.build")"
+fi
+
 # Plain memlyze run (LD_PRELOAD) would see nothing of an allocator the
 # executable defines: it switches to the GOT path by itself.
 "$MEMLYZE" run -r 1 -o "$T/plain.mlyze" -- "$T/own" 4 >/dev/null 2>"$T/plain.err"
