@@ -213,10 +213,12 @@ bench: all
 	bench/bench_attach.sh
 	bench/compare.sh
 	bench/bench_trace_size.sh
+	bench/bench_inline.sh
 
 # Long runs, not in CI: thousands of attach/detach cycles, hundreds of kills.
 soak: all
 	@bash tests/soak/attach_soak.sh
+	@INLINE_CYCLES=100 INLINE_CYCLES_JE=100 bash tests/e2e/inline_attach.sh
 
 deps:
 	@tests/install-deps.sh

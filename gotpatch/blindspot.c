@@ -21,87 +21,12 @@
  * a scan would allocate from our arena meanwhile (and must not free such
  * memory after the scan): an accepted risk for a diagnostic command.
  */
-#include <capstone/capstone.h>
-#include <dlfcn.h>
 #include <stdarg.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
+#include "capstone_dl.h"
 #include "got_internal.h"
-
-/* ---- arena for capstone ------------------------------------------------ */
-
-#define CS_ARENA_SIZE ((size_t)64 << 20)   /* reserved, touched on demand */
-
-static char *cs_arena;
-static size_t cs_used;
-
-static void *ca_malloc(size_t n)
-{
-    size_t need = ((n + 15) & ~(size_t)15) + 16;
-    if (!cs_arena || need > CS_ARENA_SIZE - cs_used) return NULL;
-    char *p = cs_arena + cs_used;
-    cs_used += need;
-    *(size_t *)p = n;
-    return p + 16;
-}
-
-static void *ca_calloc(size_t a, size_t b)
-{
-    if (b && a > SIZE_MAX / b) return NULL;
-    return ca_malloc(a * b);   /* fresh mmap pages are zero, and nothing is reused */
-}
-
-static void ca_free(void *p) { (void)p; }
-
-static void *ca_realloc(void *p, size_t n)
-{
-    void *q = ca_malloc(n);
-    if (q && p) {
-        size_t old = *(size_t *)((char *)p - 16);
-        memcpy(q, p, old < n ? old : n);
-    }
-    return q;
-}
-
-/* ---- capstone, loaded on demand ---------------------------------------- */
-
-struct capstone {
-    void *lib;
-    cs_err (*open)(cs_arch, cs_mode, csh *);
-    cs_err (*option)(csh, cs_opt_type, size_t);
-    cs_insn *(*malloc_insn)(csh);
-    void (*free)(cs_insn *, size_t);
-    bool (*disasm_iter)(csh, const uint8_t **, size_t *, uint64_t *, cs_insn *);
-    cs_err (*close)(csh *);
-};
-
-static int cs_load(struct capstone *c)
-{
-    static const char *const names[] = { "libcapstone.so.4", "libcapstone.so.5", "libcapstone.so" };
-    memset(c, 0, sizeof *c);
-    void *(*dl)(const char *, int) = mlz__got.real_dlopen ? mlz__got.real_dlopen : dlopen;
-    for (size_t i = 0; i < 3 && !c->lib; i++) c->lib = dl(names[i], RTLD_NOW | RTLD_LOCAL);
-    if (!c->lib) return MLZ_GOT_ENOCAPSTONE;
-    *(void **)&c->open = dlsym(c->lib, "cs_open");
-    *(void **)&c->option = dlsym(c->lib, "cs_option");
-    *(void **)&c->malloc_insn = dlsym(c->lib, "cs_malloc");
-    *(void **)&c->free = dlsym(c->lib, "cs_free");
-    *(void **)&c->disasm_iter = dlsym(c->lib, "cs_disasm_iter");
-    *(void **)&c->close = dlsym(c->lib, "cs_close");
-    if (!c->open || !c->option || !c->malloc_insn || !c->free || !c->disasm_iter || !c->close)
-        return MLZ_GOT_ENOCAPSTONE;
-    return 0;
-}
-
-static void cs_unload(struct capstone *c)
-{
-    if (!c->lib) return;
-    int (*dc)(void *) = mlz__got.real_dlclose ? mlz__got.real_dlclose : dlclose;
-    dc(c->lib);
-}
 
 /* ---- the scan ---------------------------------------------------------- */
 
@@ -109,9 +34,7 @@ static void cs_unload(struct capstone *c)
 
 struct sctx {
     mlz_got_blindspot_report *out;
-    struct capstone *cs;
-    csh h;
-    cs_insn *insn;
+    mlz__cs *cs;
     size_t idx;
 };
 
@@ -138,11 +61,9 @@ static int target_index(const uintptr_t *t, const uint8_t *th, size_t nt, uintpt
     return -1;
 }
 
-static void scan_segment(struct sctx *c, mlz_got_module_report *mr, uintptr_t s, uintptr_t e,
-                         const uintptr_t *t, const uint8_t *th, size_t nt)
+uintptr_t mlz__last_rel32_to(uintptr_t s, size_t len, const uintptr_t *t, size_t nt)
 {
     const uint8_t *p = (const uint8_t *)s;
-    size_t len = e - s;
     uintptr_t last = 0;
     for (size_t i = 0; i + 5 <= len; i++) {
         uintptr_t tgt = 0;
@@ -155,8 +76,19 @@ static void scan_segment(struct sctx *c, mlz_got_module_report *mr, uintptr_t s,
             memcpy(&rel, p + i + 2, 4);
             tgt = s + i + 6 + (intptr_t)rel;
         }
-        if (tgt && target_index(t, th, nt, tgt) >= 0) last = s + i;
+        if (!tgt) continue;
+        for (size_t k = 0; k < nt; k++)
+            if (t[k] == tgt) { last = s + i; break; }
     }
+    return last;
+}
+
+static void scan_segment(struct sctx *c, mlz_got_module_report *mr, uintptr_t s, uintptr_t e,
+                         const uintptr_t *t, const uint8_t *th, size_t nt)
+{
+    const uint8_t *p = (const uint8_t *)s;
+    size_t len = e - s;
+    uintptr_t last = mlz__last_rel32_to(s, len, t, nt);
     mr->bytes_scanned += len;
     c->out->bytes_scanned += len;
     if (!last) return;
@@ -164,15 +96,15 @@ static void scan_segment(struct sctx *c, mlz_got_module_report *mr, uintptr_t s,
     size_t size = (last + 16 < e ? last + 16 : e) - s;
     uint64_t addr = s;
     while (size > 0) {
-        if (!c->cs->disasm_iter(c->h, &code, &size, &addr, c->insn)) {
+        if (!c->cs->disasm_iter(c->cs->h, &code, &size, &addr, c->cs->insn)) {
             code++, size--, addr++;   /* undecodable byte: step over it */
             continue;
         }
-        uintptr_t tgt = rel32_target(c->insn->bytes, c->insn->size, (uintptr_t)c->insn->address);
+        uintptr_t tgt = rel32_target(c->cs->insn->bytes, c->cs->insn->size, (uintptr_t)c->cs->insn->address);
         int hi = tgt ? target_index(t, th, nt, tgt) : -1;
         if (hi < 0) continue;
         if (mr->nsites < MLZ_GOT_REPORT_SITES) {
-            mr->sites[mr->nsites] = (uintptr_t)c->insn->address;
+            mr->sites[mr->nsites] = (uintptr_t)c->cs->insn->address;
             mr->site_hook[mr->nsites] = (uint8_t)hi;
             mr->nsites++;
         }
@@ -229,36 +161,19 @@ int mlz_got_blindspot_scan(mlz_got_blindspot_report *out)
     out->n = 0;
     out->bytes_scanned = 0;
     if (!__atomic_load_n(&mlz__got.initialised, __ATOMIC_ACQUIRE)) return MLZ_GOT_ESTATE;
-    struct capstone cs;
-    int rc = cs_load(&cs);   /* outside our lock: capstone's constructors may dlopen */
-    if (rc) { cs_unload(&cs); return rc; }
+    mlz__cs cs;
+    int rc = mlz__cs_load(&cs);   /* outside our lock: capstone's constructors may dlopen */
+    if (rc) { mlz__cs_unload(&cs); return rc; }
     rc = mlz__lock();
-    if (rc) { cs_unload(&cs); return rc; }
-    cs_arena = mmap(NULL, CS_ARENA_SIZE, PROT_READ | PROT_WRITE,
-                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (cs_arena == MAP_FAILED) { cs_arena = NULL; rc = MLZ_GOT_ENOMEM; goto out; }
-    cs_used = 0;
-    cs_opt_mem mem = { ca_malloc, ca_calloc, ca_realloc, ca_free, vsnprintf };
-    struct sctx c = { .out = out, .cs = &cs };
-    if (cs.option(0, CS_OPT_MEM, (size_t)&mem) != CS_ERR_OK ||
-        cs.open(CS_ARCH_X86, CS_MODE_64, &c.h) != CS_ERR_OK) {
-        rc = MLZ_GOT_ENOCAPSTONE;
-        goto restore;
+    if (rc) { mlz__cs_unload(&cs); return rc; }
+    rc = mlz__cs_begin(&cs, 0);
+    if (rc == 0) {
+        struct sctx c = { .out = out, .cs = &cs };
+        dl_iterate_phdr(scan_cb, &c);
     }
-    cs.option(c.h, CS_OPT_DETAIL, CS_OPT_OFF);
-    c.insn = cs.malloc_insn(c.h);
-    if (!c.insn) { rc = MLZ_GOT_ENOMEM; cs.close(&c.h); goto restore; }
-    dl_iterate_phdr(scan_cb, &c);
-    cs.free(c.insn, 1);
-    cs.close(&c.h);
-restore:;
-    cs_opt_mem dflt = { malloc, calloc, realloc, free, vsnprintf };
-    cs.option(0, CS_OPT_MEM, (size_t)&dflt);
-    munmap(cs_arena, CS_ARENA_SIZE);
-    cs_arena = NULL;
-out:
+    mlz__cs_end(&cs);
     mlz__unlock();
-    cs_unload(&cs);
+    mlz__cs_unload(&cs);
     return rc;
 }
 
@@ -306,5 +221,7 @@ int mlz_got_format_report(const mlz_got_blindspot_report *r, char *buf, size_t l
                m->site_hook[k] < mlz__got.nhooks ? mlz__got.name[m->site_hook[k]] : "?");
     }
     if (r->n > n) sb(&s, "(%zu more modules not shown)\n", r->n - n);
+    size_t room = s.pos < s.len ? s.len - s.pos : 0;
+    s.pos += (size_t)mlz__format_inline(room ? s.b + s.pos : NULL, room);
     return (int)s.pos;
 }

@@ -83,6 +83,9 @@ typedef struct mlz__global {
     uintptr_t hook[MLZ_GOT_MAX_HOOKS];
     uintptr_t real[MLZ_GOT_MAX_HOOKS];
     uintptr_t canon[MLZ_GOT_MAX_HOOKS];   /* executable's canonical PLT stub for the name, or 0 */
+    /* real[i] carries our inline jump (inline_alloc.c): slots bound to it
+     * are left alone, the jump already brings its calls to the hook */
+    _Atomic int inlined[MLZ_GOT_MAX_HOOKS];
     uintptr_t self_addr;                  /* inside the payload module; 0: skip nothing */
     unsigned flags;
     /* dlopen & co, resolved whether hooked or not */
@@ -102,5 +105,16 @@ int mlz__module_counts(uintptr_t base, const ElfW(Phdr) *phdr, uint32_t *patched
 /* Module skip reason for a dl_iterate_phdr entry: 0 = patchable. */
 int mlz__skip_reason(const struct dl_phdr_info *info);
 int mlz__is_alloc_name(const char *name);
+
+/* ---- blindspot.c ------------------------------------------------------- */
+
+/* Address of the last direct call/jmp/jcc rel32 in [s, s+len) whose target
+ * is one of t[0..nt) (raw byte filter, not instruction-aligned), or 0. */
+uintptr_t mlz__last_rel32_to(uintptr_t s, size_t len, const uintptr_t *t, size_t nt);
+
+/* ---- inline_alloc.c ---------------------------------------------------- */
+
+/* The inline-hook lines of the coverage report (snprintf semantics). */
+int mlz__format_inline(char *buf, size_t len);
 
 #endif

@@ -79,6 +79,7 @@ enum {
     MLZ_GOT_LEFT_ADDEND,      /* R_X86_64_64 with a non-zero addend: not a pointer to the function */
     MLZ_GOT_LEFT_MISALIGNED,  /* not 8-byte aligned: no atomic store possible */
     MLZ_GOT_LEFT_PROT,        /* mprotect refused to make the page writable */
+    MLZ_GOT_LEFT_INLINE,      /* bound to a function that carries our inline hook: its calls reach the hook already */
     MLZ_GOT_NSTATES
 };
 
@@ -244,6 +245,43 @@ MLZ_EXPORT int mlz_got_blindspot_scan(mlz_got_blindspot_report *out);
 
 /* Human-readable table, snprintf semantics (returns the length it needed). */
 MLZ_EXPORT int mlz_got_format_report(const mlz_got_blindspot_report *r, char *buf, size_t len);
+
+/* ---- inline hooks: allocators the GOT never sees (inline_alloc.c) ------ */
+
+/*
+ * After mlz_got_init(): for every allocation name whose real definition is
+ * in the main executable, or in another module (not libc, not ld.so) that
+ * calls it directly, prepare an inline hook (see inline.h): the entry gets a
+ * jump to the hook, and hooks[i].real becomes the trampoline, so the hook
+ * calls the original function. Nothing is written yet. Returns how many were
+ * prepared; refusals are kept with their reason for the report. Once.
+ */
+MLZ_EXPORT int mlz_got_inline_prepare(void);
+
+/* Write the prepared jumps. Only while no other thread can be executing the
+ * first bytes of those functions (process start, or all threads stopped and
+ * checked). GOT slots bound to a hooked function are then left alone
+ * (MLZ_GOT_LEFT_INLINE). Returns how many are installed. */
+MLZ_EXPORT int mlz_got_inline_install(void);
+
+/* Put the original bytes back where they still hold our jump. Returns how
+ * many were restored; *left (may be NULL) counts those left as found. The
+ * trampolines stay mapped (hooks keep calling them). */
+MLZ_EXPORT int mlz_got_inline_remove(size_t *left);
+
+/* One prepared or refused inline hook, for reports and tools. */
+typedef struct mlz_got_inline_info {
+    const char *name;        /* hooked name */
+    const char *module;      /* "" is the main executable */
+    uintptr_t fn, at;        /* function, address of the jump */
+    uintptr_t trampoline;    /* 0 if refused */
+    uint8_t len, rip_fixups, branch_fixups, installed;
+    uint8_t jmp_len;         /* the jump: jmp[0..jmp_len) replaces orig[0..jmp_len) at `at` */
+    uint8_t orig[16], jmp[16];
+    const char *why;         /* refusal reason, or "" */
+} mlz_got_inline_info;
+
+MLZ_EXPORT size_t mlz_got_inline_list(mlz_got_inline_info *out, size_t cap);
 
 #ifdef __cplusplus
 }

@@ -21,6 +21,7 @@
  * restores a slot only if it still holds our hook.
  */
 #include <errno.h>
+#include <stdatomic.h>
 #include <sched.h>
 #include <string.h>
 #include <sys/auxv.h>
@@ -246,7 +247,8 @@ static void add_news(const mlz__dyn *d, uintptr_t where, uint8_t kind, uint8_t s
 static int classify(const mlz__dyn *d, int kind, int hi, const char *name, uintptr_t v,
                     struct pctx *c)
 {
-    if (v == mlz__got.real[hi]) return MLZ_GOT_SLOT_PATCHED;
+    if (v == mlz__got.real[hi])
+        return atomic_load(&mlz__got.inlined[hi]) ? MLZ_GOT_LEFT_INLINE : MLZ_GOT_SLOT_PATCHED;
     if (v == mlz__got.hook[hi]) return MLZ_GOT_SLOT_PATCHED;
     /* A JUMP_SLOT not yet bound points at this module's own PLT stub: the
      * loader would bind it to the global definition on first call, so it is
@@ -669,7 +671,7 @@ const char *mlz_got_kind_name(int kind)
 const char *mlz_got_state_name(int state)
 {
     static const char *const n[] = { "patched", "other-definition", "canonical-plt", "addend",
-                                     "misaligned", "mprotect-failed" };
+                                     "misaligned", "mprotect-failed", "inline-hooked" };
     return state >= 0 && state < MLZ_GOT_NSTATES ? n[state] : "?";
 }
 

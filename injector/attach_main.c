@@ -3,6 +3,7 @@
  * process, no restart, no debugger.
  */
 #include "injector.h"
+#include "inline_sites.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -133,7 +134,9 @@ int main(int argc, char **argv)
     /* Written before the start: a detach after we die must find the spool. */
     if ((rc = mlz__state_write(pid, &st))) goto fail;
     char config[8400];
-    int cl = snprintf(config, sizeof config, "rate=%llu;spool=%s;unwind=%s", rate, st.spool, unwind);
+    /* inline=remote: allocators the GOT never sees get trampolines; we
+     * write their jumps below, every thread stopped (inline.c) */
+    int cl = snprintf(config, sizeof config, "rate=%llu;spool=%s;unwind=%s;inline=remote", rate, st.spool, unwind);
     if (seed && cl > 0 && (size_t)cl < sizeof config) snprintf(config + cl, sizeof config - (size_t)cl, ";seed=%llu", seed);
     rc = mlz__call_entry(&s.r, l.fn_attach, config, &ret, timeout_ms * 4);
     if (rc) goto fail;
@@ -149,6 +152,12 @@ int main(int argc, char **argv)
     mlz__note("memlyze_attach returned %d", ret);
     int modules, slots;
     mlz__payload_stats(&s.r, &l, &modules, &slots);
+    struct memlyze_inline_site sites[MEMLYZE_INLINE_SITES_MAX];
+    char site_names[MEMLYZE_INLINE_SITES_MAX][32];
+    int nsites = mlz__inline_fetch(&s.r, &l, sites, MEMLYZE_INLINE_SITES_MAX, site_names);
+    mlz__note("inline hooks prepared by the payload: %d%s", nsites < 0 ? 0 : nsites,
+              nsites < 0 ? " (could not be read)" : "");
+    if (nsites < 0) nsites = 0;
     if ((rc = mlz__state_commit(&st))) goto fail;
     rc = mlz__session_end(&s);
     in_session = 0;
@@ -156,6 +165,12 @@ int main(int argc, char **argv)
         mlz__err("attached, but a thread of %d could not be restored", (int)pid);
         goto fail2;
     }
+    int ninline = mlz__inline_write(pid, sites, nsites, timeout_ms, (const char (*)[32])site_names);
+    if (ninline < nsites)
+        fprintf(stderr, "memlyze-attach: warning: %d of %d inline hooks written (%s); those allocators' direct calls are not seen\n",
+                ninline, nsites, mlz__errmsg()[0] ? mlz__errmsg() : "their code changed");
+    else if (nsites && !quiet)
+        printf("memlyze: %d inline hooks on allocators the GOT never sees\n", ninline);
     uint64_t total = mlz__now_us() - t0;
     if (!quiet)
         printf("memlyze: attached to %d (%s): %d modules, %d slots patched (payload %s), rate %llu B%s, "

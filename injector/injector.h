@@ -205,6 +205,7 @@ typedef struct mlz_loaded {
     uint64_t handle;                 /* dlopen handle, 0 if found already mapped */
     uint64_t fn_attach, fn_detach, fn_strerror;
     uint64_t fn_stats;               /* memlyze_attach_stats(int *modules, int *slots), optional */
+    uint64_t fn_inline;              /* memlyze_inline_sites (payload/inline_sites.h), optional */
     int reused;                      /* payload was already mapped */
     char name[64];                   /* the name dlopen saw */
 } mlz_loaded;
@@ -290,5 +291,21 @@ int   mlz__cli_usage(const char *prog, const char *usage, const char *msg);
 pid_t mlz__cli_pid(const char *arg);
 /* The one PID left after the options; -1 and *bad when missing or wrong. */
 pid_t mlz__cli_pid_arg(int argc, char **argv, int optind, const char **bad);
+
+/* ---- inline.c: the payload's inline-hook jumps, written with every thread
+ * stopped and none inside the bytes replaced (payload/inline_sites.h) */
+struct memlyze_inline_site;
+/* In the session, after memlyze_attach("...;inline=remote"): the jumps to
+ * write (names read into names[i], 32 bytes each). Returns how many, 0 when
+ * the payload has none, < 0 on error. */
+int mlz__inline_fetch(mlz_remote *r, const mlz_loaded *l, struct memlyze_inline_site *s, int cap,
+                      char (*names)[32]);
+/* After the session: stop every thread, wait (letting them run 1 ms at a
+ * time, up to timeout_ms) until no PC is inside a site's range, write the
+ * jumps whose bytes are still the originals. Returns how many were written. */
+/* (session.c) epoll_wait/semop that our stop made return -EINTR: issue again. */
+void mlz__undo_eintr(mlz_tgroup *g);
+int mlz__inline_write(pid_t pid, const struct memlyze_inline_site *s, int n, int timeout_ms,
+                      const char (*names)[32]);
 
 #endif

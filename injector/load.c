@@ -30,8 +30,8 @@
 #include <unistd.h>
 
 static const char *const entry_names[] = { MEMLYZE_ENTRY_ATTACH, MEMLYZE_ENTRY_DETACH, MEMLYZE_ENTRY_STRERROR,
-                                           MEMLYZE_ENTRY_ATTACH_STATS };
-#define NENTRY 4
+                                           MEMLYZE_ENTRY_ATTACH_STATS, MEMLYZE_ENTRY_INLINE_SITES };
+#define NENTRY 5
 
 /* Data-area offsets for the arguments of one step. */
 #define D_NAME 0
@@ -107,7 +107,8 @@ static int call(mlz_remote *r, uint64_t fn, uint64_t a0, uint64_t a1, uint64_t *
 
 static int remote_dlsym(mlz_remote *r, uint64_t fn_dlsym, uint64_t handle, mlz_loaded *out)
 {
-    uint64_t *dst[NENTRY] = { &out->fn_attach, &out->fn_detach, &out->fn_strerror, &out->fn_stats };
+    uint64_t *dst[NENTRY] = { &out->fn_attach, &out->fn_detach, &out->fn_strerror, &out->fn_stats,
+                              &out->fn_inline };
     for (int i = 0; i < NENTRY; i++) {
         uint64_t at;
         int rc = mlz__remote_put(r, D_SYM, entry_names[i], strlen(entry_names[i]) + 1, &at);
@@ -156,6 +157,7 @@ int mlz__find_loaded(mlz_remote *r, mlz_loaded *out)
     out->fn_detach = syms[1].addr;
     out->fn_strerror = syms[2].addr;
     out->fn_stats = syms[3].addr;
+    out->fn_inline = syms[4].addr;
     out->reused = 1;
     if (!out->fn_attach || !out->fn_detach) {
         mlz__err("the library mapped as the payload in %d lacks memlyze_attach/memlyze_detach", (int)r->pid);

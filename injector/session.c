@@ -48,7 +48,7 @@ static int eintr_is_ours(pid_t pid, pid_t tid)
     return ((pnd | shd) & ~blk) == 0;
 }
 
-static void undo_eintr(mlz_tgroup *g)
+void mlz__undo_eintr(mlz_tgroup *g)
 {
     for (int i = 0; i < g->n; i++) {
         mlz_thread *t = &g->t[i];
@@ -91,7 +91,7 @@ static void release(void *arg)
 {
     mlz_session *s = arg;
     if (!s->others_held) return;
-    undo_eintr(&s->g);
+    mlz__undo_eintr(&s->g);
     mlz__threads_detach_all(&s->g, s->r.tid);
     s->pause_all_us = s->g.paused_us;
     s->others_held = 0;
@@ -125,7 +125,7 @@ int mlz__session_begin(mlz_session *s, pid_t pid, pid_t want_tid, int timeout_ms
     mlz__note("holding %d threads of %d", s->g.n, (int)pid);
     if ((rc = mlz__safepoint_find(&s->g, have_locks ? &L : NULL, timeout_ms, &tid))) return rc;
     /* Before the borrowed thread's registers are saved: they may change. */
-    undo_eintr(&s->g);
+    mlz__undo_eintr(&s->g);
     s->stopped_all = 0;
     s->others_held = 1;
     /* Threads inside the allocator, the loader or the payload may hold a
@@ -177,7 +177,7 @@ int mlz__session_end(mlz_session *s)
         mlz__threads_detach_one(&s->g, s->r.tid);
     }
     if (s->stopped_all) {
-        undo_eintr(&s->g);
+        mlz__undo_eintr(&s->g);
         mlz__threads_detach_all(&s->g, 0);
         s->pause_all_us = s->g.paused_us;
         s->stopped_all = 0;

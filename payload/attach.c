@@ -21,6 +21,7 @@
 #include "gotpatch.h"
 #include "mlz_format.h"
 #include "modtab.h"
+#include "inline_sites.h"
 
 #include <dlfcn.h>
 #include <pthread.h>
@@ -53,6 +54,12 @@ static mlz_got_hook hooks[NHOOKS] = {
 };
 
 static int got_ready;                 /* mlz_got_init done (once per process) */
+/* Inline hooks for allocators the GOT never sees (gotpatch/inline_alloc.c):
+ * only where no other thread can be inside the bytes being replaced -
+ * MEMLYZE_MODE=got starts from a constructor before main - or when the
+ * caller says it has stopped and checked every thread ("inline=1"). */
+static int inline_wanted, inline_prepared;
+static int inline_remote;    /* "inline=remote": prepare only, the injector writes (inline_sites.h) */
 _Atomic int mlz__attached;   /* read from outside through memlyze_info */
 static int patched_modules, patched_slots;
 
@@ -107,6 +114,9 @@ static int parse_config(const char *cfg)
                 if (vlen == 0 || vlen >= sizeof mlz__g.spool_path) return -ENAMETOOLONG;
                 memcpy(mlz__g.spool_path, v, vlen);
                 mlz__g.spool_path[vlen] = 0;
+            } else if (klen == 6 && !memcmp(cfg, "inline", 6)) {
+                inline_wanted = (vlen == 1 && v[0] == '1') || (vlen == 6 && !memcmp(v, "remote", 6));
+                inline_remote = vlen == 6 && !memcmp(v, "remote", 6);
             } else if (klen == 8 && !memcmp(cfg, "coverage", 8)) {
                 mlz__g.coverage = vlen == 1 && v[0] == '1';
             } else if (klen == 6 && !memcmp(cfg, "unwind", 6)) {
@@ -146,6 +156,10 @@ static int got_attach(void)
         pthread_atfork(NULL, NULL, mlz__atfork_child);
         got_ready = 1;
     }
+    if (inline_wanted && !inline_prepared) {
+        mlz_got_inline_prepare();   /* hooks[i].real becomes the trampoline */
+        inline_prepared = 1;
+    }
     mlz_real_fns r = {
         hooks[H_MALLOC].real, hooks[H_FREE].real, hooks[H_CALLOC].real, hooks[H_REALLOC].real,
         hooks[H_POSIX_MEMALIGN].real, hooks[H_ALIGNED_ALLOC].real, hooks[H_MEMALIGN].real,
@@ -155,6 +169,7 @@ static int got_attach(void)
     mlz__g.real = r;
     if (mlz__start()) return -EIO;
     atomic_store(&mlz__attached, 1);
+    if (inline_wanted && !inline_remote) mlz_got_inline_install();   /* before the GOT: its slots to these are left alone */
     int n = mlz_got_patch_all();
     if (n < 0) {
         memlyze_detach();
@@ -194,6 +209,7 @@ MLZ_EXPORT int memlyze_detach(void)
     if (!atomic_exchange(&mlz__attached, 0)) return -ENOENT;
     mlz_got_unpatch_report rep = { 0 };
     mlz_got_unpatch_all(&rep);
+    mlz_got_inline_remove(NULL);
     atomic_store(&mlz__g.active_alloc, 0);
     atomic_store(&mlz__g.active_free, 0);
     if (wait_quiescent()) {
@@ -205,6 +221,25 @@ MLZ_EXPORT int memlyze_detach(void)
     mlz__drain_stop();
     mlz__release();
     return rep.failed ? -EPERM : 0;
+}
+
+MLZ_EXPORT int memlyze_inline_sites(struct memlyze_inline_site *out, int cap)
+{
+    mlz_got_inline_info v[MEMLYZE_INLINE_SITES_MAX];
+    size_t n = mlz_got_inline_list(v, MEMLYZE_INLINE_SITES_MAX), k = 0;
+    if (n > MEMLYZE_INLINE_SITES_MAX) n = MEMLYZE_INLINE_SITES_MAX;
+    for (size_t i = 0; i < n && (int)k < cap; i++) {
+        if (!v[i].trampoline || v[i].installed) continue;
+        struct memlyze_inline_site *o = &out[k++];
+        memset(o, 0, sizeof *o);
+        o->at = v[i].at;
+        o->name = (uint64_t)(uintptr_t)v[i].name;
+        o->len = v[i].len;
+        o->jmp_len = v[i].jmp_len;
+        memcpy(o->orig, v[i].orig, sizeof o->orig);
+        memcpy(o->jmp, v[i].jmp, sizeof o->jmp);
+    }
+    return (int)k;
 }
 
 MLZ_EXPORT const char *memlyze_strerror(int code)
@@ -240,6 +275,8 @@ __attribute__((constructor)) static void got_mode_from_env(void)
     if (&mlz__preload_build || !m || strcmp(m, "got")) return;
     mlz__config_from_env();
     if (mlz__exec_choose_spool(0)) return;     /* a descendant not to follow */
+    const char *in = getenv("MEMLYZE_INLINE");
+    inline_wanted = !in || strcmp(in, "0") != 0;
     if (got_attach()) {
         static const char msg[] = "memlyze: cannot start in GOT mode; allocations pass through untracked\n";
         if (write(2, msg, sizeof msg - 1)) {}

@@ -46,6 +46,7 @@
 #define MEMLYZE_ENTRY_DETACH       "memlyze_detach"
 #define MEMLYZE_ENTRY_STRERROR     "memlyze_strerror"
 #define MEMLYZE_ENTRY_ATTACH_STATS "memlyze_attach_stats"
+#define MEMLYZE_ENTRY_INLINE_SITES "memlyze_inline_sites"   /* inline_sites.h */
 
 /* The heap map has 2^log2 slots, log2 in [MIN, MAX] ($MEMLYZE_MAP_LOG2). */
 #define MEMLYZE_MAP_LOG2_MIN 8

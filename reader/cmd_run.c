@@ -8,6 +8,8 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <gelf.h>
 #include <getopt.h>
 #include <jansson.h>
 #include <limits.h>
@@ -199,6 +201,47 @@ static int write_traces(const char *dir, const char *out, int encoding, int cove
     return failed ? -1 : written;
 }
 
+/* Does the program's executable define malloc itself (its own allocator,
+ * or jemalloc & co linked in)? Then interposing from LD_PRELOAD sees none of
+ * its allocations: the executable's malloc comes first in the lookup order.
+ * The GOT path with inline hooks does. `prog` as execvp would find it. */
+static int exe_defines_malloc(const char *prog)
+{
+    char path[PATH_MAX];
+    if (strchr(prog, '/')) {
+        snprintf(path, sizeof path, "%s", prog);
+    } else {
+        const char *p = getenv("PATH");
+        int found = 0;
+        while (p && *p && !found) {
+            const char *e = strchr(p, ':');
+            size_t n = e ? (size_t)(e - p) : strlen(p);
+            snprintf(path, sizeof path, "%.*s/%s", (int)n, p, prog);
+            found = access(path, X_OK) == 0;
+            p = e ? e + 1 : NULL;
+        }
+        if (!found) return 0;
+    }
+    int fd = open(path, O_RDONLY | O_CLOEXEC), yes = 0;
+    if (fd < 0 || elf_version(EV_CURRENT) == EV_NONE) { if (fd >= 0) close(fd); return 0; }
+    Elf *e = elf_begin(fd, ELF_C_READ, NULL);
+    Elf_Scn *scn = NULL;
+    while (e && !yes && (scn = elf_nextscn(e, scn))) {
+        GElf_Shdr sh;
+        if (!gelf_getshdr(scn, &sh) || sh.sh_type != SHT_DYNSYM || !sh.sh_entsize) continue;
+        Elf_Data *d = elf_getdata(scn, NULL);
+        for (size_t i = 0; d && i < sh.sh_size / sh.sh_entsize; i++) {
+            GElf_Sym sym;
+            if (!gelf_getsym(d, (int)i, &sym) || sym.st_shndx == SHN_UNDEF || GELF_ST_TYPE(sym.st_info) != STT_FUNC) continue;
+            const char *name = elf_strptr(e, sh.sh_link, sym.st_name);
+            if (name && !strcmp(name, "malloc")) { yes = 1; break; }
+        }
+    }
+    if (e) elf_end(e);
+    close(fd);
+    return yes;
+}
+
 static int run(int argc, char **argv)
 {
     const char *out = NULL, *rate = NULL, *unwind = NULL, *seed = NULL;
@@ -234,6 +277,10 @@ static int run(int argc, char **argv)
     }
     if (optind >= argc) return cli_usage_error(&cmd_run, "no command to run");
     if (compress) encoding = MLZ_ENC_LZ4;
+    if (!got && exe_defines_malloc(argv[optind])) {
+        fprintf(stderr, "memlyze run: %s defines malloc itself: using GOT patching with inline hooks (--got)\n", argv[optind]);
+        got = 1;
+    }
     char lib[PATH_MAX];
     const char *libname = got ? "libmemlyze.so" : "libmemlyze-preload.so";
     if (find_payload(libname, lib, sizeof lib))
@@ -300,6 +347,10 @@ const mlz_command cmd_run = {
     "  -z, --compress      v1 in LZ4 blocks (same as --format lz4)\n"
     "  --follow-fork       profile children (fork, posix_spawn) too: FILE.PROG.PID.mlyze\n"
     "                      each, FILE without its .mlyze; without it they run unprofiled\n"
-    "  --got               patch GOT slots instead of interposing (the attach path)\n"
-    "  --coverage          with --got: print what GOT patching cannot see (blind spots)\n",
+    "  --got               patch GOT slots instead of interposing (the attach path), and\n"
+    "                      inline-hook allocators defined in the executable or called\n"
+    "                      directly (MEMLYZE_INLINE=0: no inline hooks). Chosen by itself\n"
+    "                      when the executable defines malloc\n"
+    "  --coverage          with --got: print what GOT patching cannot see (blind spots)\n"
+    "                      and each inline hook, or why a function was refused\n",
 };

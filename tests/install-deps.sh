@@ -29,6 +29,7 @@ pkgs=(
   libjemalloc2 libtcmalloc-minimal4 libmimalloc2.0  # allocators memlyze replay compares
   heaptrack         # heaptrack_print reads our heaptrack exports; bench/compare.sh measures against it
   libzstd-dev       # memlyze import heaptrack reads heaptrack's .zst files
+  libjemalloc-dev   # libjemalloc.a / libjemalloc_pic.a: inline-hook tests link the allocator into the executable
 )
 missing=()
 for p in "${pkgs[@]}"; do

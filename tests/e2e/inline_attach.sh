@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# Inline hooks in attached processes: targets whose allocator is in the
+# executable (own malloc; jemalloc linked statically, PIE and non-PIE) run
+# 16 threads that allocate and check their data without pause, while
+# memlyze-attach / memlyze-detach cycle INLINE_CYCLES times for own (20
+# here) and INLINE_CYCLES_JE times for each jemalloc build (5 here: a cycle
+# finalizes a trace, seconds on a loaded machine); make soak runs 100 each. Each cycle: memlyze-attach -v names the hooks it wrote
+# with every thread stopped; the allocator's code bytes in the target's
+# memory differ while attached and equal the originals after detach; one
+# round of site_malloc (1000 x 100 B, direct calls) made while attached is
+# exactly 100000 live bytes in the trace.
+. "$(dirname "$0")/lib.sh"
+ATTACH="$B/bin/memlyze-attach"
+DETACH="$B/bin/memlyze-detach"
+CYCLES_OWN=${INLINE_CYCLES:-20}
+CYCLES_JE=${INLINE_CYCLES_JE:-5}
+P=
+trap '[ -n "$P" ] && kill -9 $P 2>/dev/null; rm -rf "$T"' EXIT
+S="$ROOT/tests/targets/inline"
+[ -x "$ATTACH" ] || { skip "inline attach" "memlyze-attach not built"; finish; }
+
+cc -O2 -g -pthread -o "$T/own" "$S/sites.c" "$S/own_alloc.c" -ldl || fail "build own"
+variants=own
+JE=/usr/lib/x86_64-linux-gnu
+if [ -f $JE/libjemalloc_pic.a ] && [ -f $JE/libjemalloc.a ]; then
+    cc -O2 -g -pie -fPIE -pthread -o "$T/je_pie" "$S/sites.c" $JE/libjemalloc_pic.a -ldl -lm || fail "build je_pie"
+    cc -O2 -g -no-pie -fno-PIE -pthread -o "$T/je_nopie" "$S/sites.c" $JE/libjemalloc.a -ldl -lm || fail "build je_nopie"
+    variants="$variants je_pie je_nopie"
+else
+    skip "inline attach: jemalloc linked statically" "libjemalloc-dev not installed"
+fi
+
+code_bytes() {   # code_bytes PID BINARY SYMBOL -> 16 bytes hex of SYMBOL in the running process
+    python3 - "$@" <<'PY'
+import subprocess, sys
+pid, exe, sym = sys.argv[1], sys.argv[2], sys.argv[3]
+va = None
+for line in subprocess.run(["readelf", "-sW", exe], capture_output=True, text=True).stdout.splitlines():
+    f = line.split()
+    if len(f) >= 8 and f[7] == sym and f[3] == "FUNC":
+        va = int(f[1], 16); break
+etype = open(exe, "rb").read(18)[16]
+base = 0
+if etype == 3:   # PIE: the lowest mapping of the executable is its load bias
+    for line in open(f"/proc/{pid}/maps"):
+        if line.rstrip().endswith(exe):
+            base = int(line.split("-")[0], 16); break
+with open(f"/proc/{pid}/mem", "rb") as m:
+    m.seek(base + va)
+    print(m.read(16).hex())
+PY
+}
+
+site_bytes() {
+    "$MEMLYZE" top --json -n 200 --frames 2 "$1" | python3 -c "
+import json, sys
+d = json.load(sys.stdin)
+print(int(round(sum(s['live_bytes'] for s in d['sites'] if s['frames'][0].startswith('site_malloc ')))))"
+}
+
+for v in $variants; do
+    CYCLES=$CYCLES_OWN
+    [ "$v" = own ] || CYCLES=$CYCLES_JE
+    "$T/$v" 16 serve > "$T/$v.out" 2>&1 &
+    P=$!
+    for _ in $(seq 100); do grep -q serving "$T/$v.out" && break; sleep 0.05; done
+    orig=$(code_bytes $P "$T/$v" malloc)
+    bad_attach=0 bad_hooked=0 bad_restored=0 bad_exact=0 bad_detach=0
+    for c in $(seq "$CYCLES"); do
+        rm -f "$T/$v.mlyze"
+        if ! "$ATTACH" -v -r 1 -o "$T/$v.mlyze" $P > "$T/att.out" 2>&1 ||
+           ! grep -q "inline hook malloc at .*written with [0-9]* threads stopped" "$T/att.out"; then
+            bad_attach=$((bad_attach + 1)); cat "$T/att.out" >&2; "$DETACH" $P >/dev/null 2>&1; continue
+        fi
+        [ "$(code_bytes $P "$T/$v" malloc)" != "$orig" ] || bad_hooked=$((bad_hooked + 1))
+        kill -USR1 $P
+        for _ in $(seq 200); do grep -q "sites done $c\$" "$T/$v.out" && break; sleep 0.02; done
+        "$DETACH" $P > "$T/det.out" 2>&1 || { bad_detach=$((bad_detach + 1)); cat "$T/det.out" >&2; }
+        [ "$(code_bytes $P "$T/$v" malloc)" = "$orig" ] || bad_restored=$((bad_restored + 1))
+        [ "$(site_bytes "$T/$v.mlyze")" = 100000 ] || bad_exact=$((bad_exact + 1))
+    done
+    check "$v: $CYCLES attaches under 16 allocating threads, each wrote the inline hooks (-v lists them)" test $bad_attach = 0
+    check "$v: malloc's code bytes carry the jump while attached" test $bad_hooked = 0
+    check "$v: $CYCLES detaches ok" test $bad_detach = 0
+    check "$v: after each detach malloc's code bytes equal the originals" test $bad_restored = 0
+    check "$v: site_malloc exact while attached (100000 B) in every cycle" test $bad_exact = 0
+    check "$v: original bytes are the file's" test "$orig" = "$(python3 - "$T/$v" <<'PY'
+import subprocess, struct, sys
+exe = sys.argv[1]
+for line in subprocess.run(["readelf", "-sW", exe], capture_output=True, text=True).stdout.splitlines():
+    f = line.split()
+    if len(f) >= 8 and f[7] == "malloc" and f[3] == "FUNC":
+        va = int(f[1], 16); break
+d = open(exe, "rb").read()
+phoff, = struct.unpack_from("<Q", d, 32); phentsize, phnum = struct.unpack_from("<HH", d, 54)
+for i in range(phnum):
+    t, fl, off, vaddr, pa, filesz = struct.unpack_from("<IIQQQQ", d, phoff + i * phentsize)
+    if t == 1 and vaddr <= va < vaddr + filesz:
+        print(d[off + va - vaddr: off + va - vaddr + 16].hex()); break
+PY
+)"
+    kill -TERM $P
+    wait $P
+    P=
+    check "$v: the target ran on, its data checks passed" grep -q "serve: data ok" "$T/$v.out"
+done
+finish
