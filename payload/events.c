@@ -75,33 +75,40 @@ static uint32_t ring_size;                 /* records per ring, power of two */
 
 static mlz_ring *claim_ring(int32_t tid)
 {
-    /* Reuse a ring released by an exited thread, else take a new one. */
+    /* Reuse a ring released by an exited thread (or by a detach), else take
+     * a new one. */
+    mlz_ring *r = NULL;
     uint32_t n = atomic_load_explicit(&nrings, memory_order_acquire);
-    for (uint32_t i = 0; i < n; i++) {
+    for (uint32_t i = 0; i < n && !r; i++) {
         int32_t zero = 0;
         if (atomic_load_explicit(&rings[i].owner, memory_order_relaxed) == 0 &&
             atomic_compare_exchange_strong(&rings[i].owner, &zero, tid))
-            return &rings[i];
+            r = &rings[i];
     }
-    for (;;) {
+    while (!r) {
         n = atomic_load_explicit(&nrings, memory_order_relaxed);
         if (n >= MAX_RINGS) return NULL;
-        mlz_ring *r = &rings[n];
         int32_t zero = 0;
-        if (!atomic_compare_exchange_strong(&r->owner, &zero, tid)) continue;
-        if (!r->recs) {
-            void *m = mmap(NULL, (size_t)ring_size * sizeof(mlz_rec), PROT_READ | PROT_WRITE,
-                           MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-            if (m == MAP_FAILED) { atomic_store(&r->owner, 0); return NULL; }
-            r->recs = m;
-            r->mask = ring_size - 1;
+        if (atomic_compare_exchange_strong(&rings[n].owner, &zero, tid) || zero == tid) r = &rings[n];
+        else {
+            /* Another thread is publishing rings[n]: help nrings past it. */
+            uint32_t cur = n;
+            atomic_compare_exchange_strong(&nrings, &cur, n + 1);
         }
-        /* Publish the ring to the drain thread only once it is usable. */
-        uint32_t want = n;
-        atomic_compare_exchange_strong_explicit(&nrings, &want, n + 1, memory_order_release,
-                                                memory_order_relaxed);
-        return r;
     }
+    if (!r->recs) {
+        void *m = mmap(NULL, (size_t)ring_size * sizeof(mlz_rec), PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (m == MAP_FAILED) { atomic_store(&r->owner, 0); return NULL; }
+        r->recs = m;
+        r->mask = ring_size - 1;
+    }
+    /* Published (nrings past it) before the ring is used: the drain thread
+     * and detach's quiescence check see only rings below nrings, so a ring
+     * beyond it would be a thread in flight that detach cannot see. */
+    uint32_t idx = (uint32_t)(r - rings), cur = atomic_load(&nrings);
+    while (cur <= idx && !atomic_compare_exchange_weak(&nrings, &cur, idx + 1)) {}
+    return r;
 }
 
 /* This thread's ring, claimed on first use; NULL when none is left. */
@@ -640,8 +647,9 @@ void mlz__drain_forget(void)
 
 void mlz__drain_release(void)
 {
-    uint32_t n = atomic_load(&nrings);
-    for (uint32_t i = 0; i < n; i++) {
+    /* Every ring, not only those below nrings: one claimed while a detach
+     * ran must not keep an owner into the next session. */
+    for (uint32_t i = 0; i < MAX_RINGS; i++) {
         if (rings[i].recs) munmap(rings[i].recs, (size_t)(rings[i].mask + 1) * sizeof(mlz_rec));
         if (rings[i].ucache) munmap(rings[i].ucache, sizeof(mlz_unwind_cache));
         rings[i].recs = NULL;
