@@ -184,13 +184,19 @@ static int got_attach(void)
     return 0;
 }
 
+/* One attach or detach at a time. The injector lets a call go when it
+ * outlives its timeout (the thread finishes it alone), so the next command's
+ * call may arrive while that one still runs: it is refused, never overlapped. */
+static _Atomic int entry_busy;
+
 MLZ_EXPORT int memlyze_attach(const char *config)
 {
-    if (atomic_load(&mlz__attached)) return -EALREADY;
-    int e = parse_config(config);
-    if (e) return e;
-    if (!mlz__g.spool_path[0]) return -EINVAL;
-    return got_attach();
+    if (atomic_exchange(&entry_busy, 1)) return -EINPROGRESS;
+    int e = atomic_load(&mlz__attached) ? -EALREADY : parse_config(config);
+    if (!e && !mlz__g.spool_path[0]) e = -EINVAL;
+    if (!e) e = got_attach();
+    atomic_store(&entry_busy, 0);
+    return e;
 }
 
 /* Waits (bounded) until no hook is inside a sample path. */
@@ -204,7 +210,17 @@ static int wait_quiescent(void)
     return -1;
 }
 
+static int detach(void);
+
 MLZ_EXPORT int memlyze_detach(void)
+{
+    if (atomic_exchange(&entry_busy, 1)) return -EINPROGRESS;
+    int e = detach();
+    atomic_store(&entry_busy, 0);
+    return e;
+}
+
+static int detach(void)
 {
     if (!atomic_exchange(&mlz__attached, 0)) return -ENOENT;
     mlz_got_unpatch_report rep = { 0 };
@@ -254,6 +270,7 @@ MLZ_EXPORT const char *memlyze_strerror(int code)
     case -EIO: return "cannot set up the profiler or open its spool file";
     case -EPERM: return "some GOT slots could not be written or restored";
     case -EBUSY: return "a thread is still inside the profiler; memory kept";
+    case -EINPROGRESS: return "an earlier attach or detach is still running in this process; try again in a moment";
     default: return "unknown error";
     }
 }
