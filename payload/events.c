@@ -385,12 +385,20 @@ static uint64_t drain_round(uint64_t limit)
 {
     static uint64_t head[MAX_RINGS], tail[MAX_RINGS];
     static uint32_t active[MAX_RINGS];
+    static uint8_t seen[MAX_RINGS];      /* read this round: only their tails are ours to store */
     uint32_t n = atomic_load_explicit(&nrings, memory_order_acquire), na = 0;
     uint64_t fullest = 0;
     for (uint32_t i = 0; i < n; i++) {
-        if (!rings[i].recs) continue;
+        seen[i] = rings[i].recs != NULL;
+        if (!seen[i]) continue;
         head[i] = atomic_load_explicit(&rings[i].head, memory_order_acquire);
         tail[i] = atomic_load_explicit(&rings[i].tail, memory_order_relaxed);
+        if (head[i] - tail[i] > (uint64_t)rings[i].mask + 1) {
+            /* Never more records than the ring holds: a broken ring is
+             * skipped (and counted), not read around forever. */
+            tail[i] = head[i];
+            atomic_fetch_add_explicit(&mlz__g.c.spool_errors, 1, memory_order_relaxed);
+        }
         if (head[i] - tail[i] > fullest) fullest = head[i] - tail[i];
         if (head[i] != tail[i]) active[na++] = i;
     }
@@ -409,8 +417,10 @@ static uint64_t drain_round(uint64_t limit)
         if (++tail[best] % TAIL_BATCH == 0) atomic_store_explicit(&r->tail, tail[best], memory_order_release);
         if (tail[best] == head[best]) active[bk] = active[--na];
     }
+    /* A ring that got its records during this round was not read: storing
+     * a stale tail into it would put its tail past its head. */
     for (uint32_t i = 0; i < n; i++)
-        if (rings[i].recs) atomic_store_explicit(&rings[i].tail, tail[i], memory_order_release);
+        if (seen[i]) atomic_store_explicit(&rings[i].tail, tail[i], memory_order_release);
     return fullest;
 }
 
