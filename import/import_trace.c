@@ -92,7 +92,8 @@ int64_t imp_stack(imp_trace *t, const imp_frame *frames, uint32_t depth)
     /* The new chain goes to the end of the frame array; it stays there only
      * when no identical chain exists. */
     if (grow_to((void **)&t->frames, &t->capframes, t->nframes + depth, sizeof *t->frames)) return -1;
-    struct imp_fr *fr = t->frames + t->nframes;
+    /* An empty chain into an empty array: no frames at all, no pointer. */
+    struct imp_fr *fr = t->frames ? t->frames + t->nframes : NULL;
     for (uint32_t i = 0; i < depth; i++) {
         uint32_t fn = intern(t, frames[i].func), fl = intern(t, frames[i].file);
         if (fn == UINT32_MAX || fl == UINT32_MAX) return -1;
