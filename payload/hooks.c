@@ -179,17 +179,20 @@ static MLZ_COLD MLZ_NOINLINE void free_slow(void *p)
 
 /* ------------------------------------------------------------------ hooks */
 
-/* The sample timestamp is taken before the real call: it must precede the
- * reservation (see the ordering rules above) and costs nothing on the fast
- * path, which never reaches it. */
+/* The sample timestamp is taken right after the real call: before the
+ * reservation (the ordering rules above), and after the block could be
+ * handed out. Taken before the call, it could precede the FREE of the
+ * block's previous owner at the same address (another thread freed it
+ * while we waited in malloc), and the trace would end the new block. Costs
+ * nothing on the fast path, which never reaches it. */
 #define ALLOC_HOOK(call, size_expr)                                       \
     do {                                                                  \
         mlz_tls *t_ = &mlz__tls;                                          \
         size_t n_ = (size_expr);                                          \
         if (mlz_likely(!mlz_sampler_should_sample(&t_->s, n_)))           \
             return call;                                                  \
-        uint64_t ts_ = mlz__now_ns();                                     \
         void *p_ = call;                                                  \
+        uint64_t ts_ = mlz__now_ns();                                     \
         sample_slow(p_, n_, ts_);                                         \
         return p_;                                                        \
     } while (0)
@@ -248,8 +251,8 @@ int mlz_hook_posix_memalign(void **out, size_t align, size_t n)
     mlz_tls *t = &mlz__tls;
     if (mlz_likely(!mlz_sampler_should_sample(&t->s, n)))
         return mlz__g.real.posix_memalign(out, align, n);
-    uint64_t ts = mlz__now_ns();
     int rc = mlz__g.real.posix_memalign(out, align, n);
+    uint64_t ts = mlz__now_ns();
     sample_slow(rc == 0 ? *out : NULL, n, ts);
     return rc;
 }

@@ -77,7 +77,7 @@ for v in $variants; do
         for _ in $(seq 1000); do grep -q "sites done $c\$" "$T/$v.out" && break; sleep 0.02; done
         "$DETACH" $P > "$T/det.out" 2>&1 || { bad_detach=$((bad_detach + 1)); cat "$T/det.out" >&2; }
         [ "$(code_bytes $P "$T/$v" malloc)" = "$orig" ] || bad_restored=$((bad_restored + 1))
-        sb=$(site_bytes "$T/$v.mlyze"); [ "$sb" = 100000 ] || { bad_exact=$((bad_exact + 1)); echo "cycle $c: site_malloc $sb B" >&2; }
+        sb=$(site_bytes "$T/$v.mlyze"); [ "$sb" = 100000 ] || { bad_exact=$((bad_exact + 1)); echo "cycle $c: site_malloc $sb B; $("$MEMLYZE" top -n 1 "$T/$v.mlyze" 2>&1 | grep -iE "warn|lost" | head -2)" >&2; }
     done
     check "$v: $CYCLES attaches under 16 allocating threads, each wrote the inline hooks (-v lists them)" test $bad_attach = 0
     check "$v: malloc's code bytes carry the jump while attached" test $bad_hooked = 0
