@@ -28,7 +28,6 @@ pkgs=(
   libmicrohttpd-dev # memlyze serve: the embedded HTTP server (request parsing is the library's)
   libjemalloc2 libtcmalloc-minimal4 libmimalloc2.0  # allocators memlyze replay compares
   heaptrack         # heaptrack_print reads our heaptrack exports; bench/compare.sh measures against it
-  libzstd-dev       # memlyze import heaptrack reads heaptrack's .zst files
   libjemalloc-dev   # libjemalloc.a / libjemalloc_pic.a: inline-hook tests link the allocator into the executable
 )
 missing=()
