@@ -25,17 +25,10 @@
  * address space. */
 static pid_t shares_memory_with_parent(pid_t pid)
 {
-    char path[64];
-    long ppid = 0;
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    FILE *f = fopen(path, "r");
-    if (!f) return 0;
     char buf[1024];
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = 0;
-    char *p = strrchr(buf, ')');
-    if (!p || sscanf(p + 1, " %*c %ld", &ppid) != 1 || ppid <= 1) return 0;
+    long ppid = 0;
+    const char *f = mlz__stat_fields(pid, 0, buf, sizeof buf);
+    if (!f || sscanf(f, "%*c %ld", &ppid) != 1 || ppid <= 1) return 0;
     return syscall(SYS_kcmp, pid, (pid_t)ppid, KCMP_VM, 0, 0) == 0 ? (pid_t)ppid : 0;
 }
 

@@ -102,16 +102,9 @@ static const char *sig_name(int sig)
  * stopped) rather than runs: no use holding the others any longer. */
 static int borrowed_sleeps(mlz_remote *r)
 {
-    char path[96], buf[512];
-    snprintf(path, sizeof path, "/proc/%d/task/%d/stat", (int)r->pid, (int)r->tid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return 0;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 0) return 0;
-    buf[n] = 0;
-    char *p = strrchr(buf, ')');       /* comm may hold spaces and parens */
-    return p && p[1] == ' ' && (p[2] == 'S' || p[2] == 'D');
+    char buf[512];
+    const char *f = mlz__stat_fields(r->pid, r->tid, buf, sizeof buf);
+    return f && (f[0] == 'S' || f[0] == 'D');
 }
 
 static void release_others(mlz_remote *r)

@@ -27,17 +27,11 @@
  * must not be taken for that of a later process given the same pid. */
 static unsigned long long start_ticks(pid_t pid)
 {
-    char path[64], buf[1024];
+    char buf[1024];
     unsigned long long t = 0;
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    FILE *f = fopen(path, "r");
-    if (!f) return 0;
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = 0;
-    char *p = strrchr(buf, ')');
-    if (p && sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d %*d %llu", &t) != 1)
-        t = 0;
+    const char *f = mlz__stat_fields(pid, 0, buf, sizeof buf);
+    if (!f || sscanf(f, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d %*d %llu", &t) != 1)
+        return 0;
     return t;
 }
 

@@ -94,12 +94,9 @@ static int wait_stopped(mlz_tgroup *g, mlz_thread *t, uint64_t deadline)
         int st, left = (int)((deadline > mlz__now_us() ? deadline - mlz__now_us() : 0) / 1000);
         int rc = mlz__pt_wait(t->tid, &st, left);
         if (rc == MLZ_INJ_ETIMEOUT) {
-            char name[64], path[96], stat[512] = "";
-            snprintf(path, sizeof path, "/proc/%d/task/%d/stat", (int)g->pid, (int)t->tid);
-            FILE *f = fopen(path, "r");
-            if (f) { if (!fgets(stat, sizeof stat, f)) stat[0] = 0; fclose(f); }
-            char *p = strrchr(stat, ')');
-            int in_kernel = p && p[1] == ' ' && p[2] == 'D';
+            char name[64], stat[512];
+            const char *f = mlz__stat_fields(g->pid, t->tid, stat, sizeof stat);
+            int in_kernel = f && f[0] == 'D';
             mlz__err("thread %d (%s) did not stop within the timeout%s", (int)t->tid,
                      mlz__thread_name(g->pid, t->tid, name, sizeof name),
                      in_kernel ? ": it waits inside the kernel (a vfork until the child execs, a disk, a "
@@ -114,25 +111,31 @@ static int wait_stopped(mlz_tgroup *g, mlz_thread *t, uint64_t deadline)
 
 /* One pass over /proc/PID/task: seize and interrupt every new thread.
  * Returns how many were new, or < 0. */
+const char *mlz__stat_fields(pid_t pid, pid_t tid, char *buf, size_t cap)
+{
+    char path[96];
+    if (tid) snprintf(path, sizeof path, "/proc/%d/task/%d/stat", (int)pid, (int)tid);
+    else snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return NULL;
+    ssize_t n = read(fd, buf, cap - 1);
+    close(fd);
+    if (n <= 0) return NULL;
+    buf[n] = 0;
+    char *p = strrchr(buf, ')');       /* comm may hold spaces and parens */
+    return p && p[1] == ' ' && p[2] ? p + 2 : NULL;
+}
+
 /* A thread on its way out (thread-per-request servers end threads all the
  * time) cannot be seized (EPERM); it is no thread to worry about. */
 static int thread_exiting(pid_t pid, pid_t tid)
 {
-    char path[96], buf[512];
-    snprintf(path, sizeof path, "/proc/%d/task/%d/stat", (int)pid, (int)tid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return 1;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 0) return 1;
-    buf[n] = 0;
-    char *p = strrchr(buf, ')');
-    if (!p || p[1] != ' ') return 0;
-    if (p[2] == 'X' || p[2] == 'Z') return 1;
+    char buf[512];
+    const char *f = mlz__stat_fields(pid, tid, buf, sizeof buf);
     unsigned long flags = 0;
+    if (!f || f[0] == 'X' || f[0] == 'Z') return 1;
     /* field 9: PF_EXITING (0x4) */
-    if (sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %lu", &flags) == 1 && (flags & 0x4)) return 1;
-    return 0;
+    return sscanf(f, "%*c %*d %*d %*d %*d %*d %lu", &flags) == 1 && (flags & 0x4);
 }
 
 static int seize_new(mlz_tgroup *g)
