@@ -18,10 +18,30 @@ _Static_assert(sizeof counter_names / sizeof *counter_names == sizeof(mlz_counte
 
 #define A(x) ((uint64_t)(uintptr_t)&(x))
 
+/* The descriptor's table of its own fields, for readers that cannot include
+ * info.h. Every field after the fixed head is listed: test_proc checks that
+ * the entries tile the struct exactly, so a field added to the struct but
+ * not here fails the build's tests. */
+#define FIELD(f) { #f, offsetof(struct memlyze_info, f), sizeof(((struct memlyze_info *)0)->f) }
+static const struct memlyze_field info_fields[] = {
+    FIELD(ready_addr), FIELD(attached_addr), FIELD(rate_addr), FIELD(pid_addr), FIELD(mono_to_real_addr),
+    FIELD(session_addr), FIELD(map_slots_addr), FIELD(map_mask_addr), FIELD(stack_recs_addr),
+    FIELD(stack_frames_addr), FIELD(stack_next_id_addr), FIELD(counters_addr), FIELD(counter_names_addr),
+    FIELD(entry_size), FIELD(entry_key), FIELD(entry_size_field), FIELD(entry_stack_id), FIELD(entry_tid),
+    FIELD(entry_time_ns), FIELD(entry_seq), FIELD(entry_check), FIELD(check_algorithm),
+    FIELD(rec_size), FIELD(rec_ready), FIELD(rec_depth), FIELD(rec_frames_offset), FIELD(max_frames),
+    FIELD(ncounters), FIELD(map_log2_min), FIELD(map_log2_max), FIELD(entry_size_min), FIELD(record_size_max),
+    FIELD(counters_max),
+};
+_Static_assert(sizeof info_fields / sizeof *info_fields <= MEMLYZE_FIELDS_MAX, "field table within its bound");
+
 MLZ_EXPORT const struct memlyze_info memlyze_info = {
     .magic = MEMLYZE_INFO_MAGIC,
     .version = MEMLYZE_INFO_VERSION,
     .size = sizeof(struct memlyze_info),
+    .fields_addr = (uint64_t)(uintptr_t)info_fields,
+    .nfields = sizeof info_fields / sizeof *info_fields,
+    .field_size = sizeof(struct memlyze_field),
     .ready_addr = A(mlz__g.ready),
     .attached_addr = A(mlz__attached),
     .rate_addr = A(mlz__g.rate),
@@ -50,5 +70,9 @@ MLZ_EXPORT const struct memlyze_info memlyze_info = {
     .counter_names_addr = (uint64_t)(uintptr_t)counter_names,
     .ncounters = sizeof counter_names / sizeof *counter_names,
     .session_addr = A(mlz__g.session),
+    .map_log2_min = MEMLYZE_MAP_LOG2_MIN,
     .map_log2_max = MEMLYZE_MAP_LOG2_MAX,
+    .entry_size_min = MEMLYZE_ENTRY_SIZE_MIN,
+    .record_size_max = MEMLYZE_RECORD_SIZE_MAX,
+    .counters_max = MEMLYZE_COUNTERS_MAX,
 };

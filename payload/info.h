@@ -16,8 +16,9 @@
  *
  * A change to any of it bumps MEMLYZE_INFO_VERSION (or moves an offset in
  * the descriptor), and the readers follow or refuse. The Python scripts
- * cannot include this file: they take the bounds from the descriptor and
- * implement check algorithm MEMLYZE_CHECK_ALGORITHM themselves.
+ * cannot include this file: they read the descriptor's own table of its
+ * fields (struct memlyze_field), take the bounds from it too, and implement
+ * check algorithm MEMLYZE_CHECK_ALGORITHM, the one thing they must know.
  *
  * All addresses are in the profiled process. Fields are fixed-width so the
  * layout is the same for every reader.
@@ -28,7 +29,7 @@
 #include <stdint.h>
 
 #define MEMLYZE_INFO_MAGIC   "MLZINFO"  /* 8 bytes with the NUL */
-#define MEMLYZE_INFO_VERSION 3   /* 2: session_addr; 3: map_log2_max */
+#define MEMLYZE_INFO_VERSION 4   /* 2: session_addr; 3: map_log2_max; 4: the field table */
 #define MEMLYZE_INFO_SYMBOL  "memlyze_info"
 
 /* How the payload appears in a process: /proc/PID/maps shows the memfd
@@ -86,10 +87,30 @@ static inline uint64_t memlyze_check_word(uint64_t key, uint64_t size, uint32_t 
     return h;
 }
 
+/* One entry of the descriptor's table of its own fields (version 4). */
+struct memlyze_field {
+    char     name[24];             /* NUL-terminated, e.g. "map_slots_addr" */
+    uint32_t offset;               /* in struct memlyze_info */
+    uint32_t width;                /* 4 or 8: a little-endian unsigned value */
+};
+#define MEMLYZE_FIELDS_MAX 128
+
+/*
+ * The descriptor describes itself. Its first 32 bytes (magic, version, size,
+ * fields_addr, nfields, field_size) stay where they are in every later
+ * version; fields_addr points at nfields memlyze_field entries (field_size
+ * bytes apart) naming each other field with its offset and width. C readers
+ * include this header; the Python scripts, which cannot, read the head and
+ * then every value by name, so they carry no copy of this layout. A field
+ * whose meaning changes gets a new name.
+ */
 struct memlyze_info {
     char     magic[8];
     uint32_t version;
     uint32_t size;                 /* sizeof(struct memlyze_info) */
+    uint64_t fields_addr;          /* const struct memlyze_field[nfields] */
+    uint32_t nfields;
+    uint32_t field_size;           /* sizeof(struct memlyze_field) */
 
     /* Whether there is anything to read, and how to interpret it. */
     uint64_t ready_addr;           /* int: data structures exist */
@@ -97,42 +118,45 @@ struct memlyze_info {
     uint64_t rate_addr;            /* uint64_t sampling rate in bytes */
     uint64_t pid_addr;             /* int32 */
     uint64_t mono_to_real_addr;    /* uint64_t: realtime ns = monotonic ns + this */
+    /* uint64_t, different for every sampling session (attach, or the
+     * child of a followed fork): snapshots of one session share samples. */
+    uint64_t session_addr;
 
     /* Live-heap map: slots is a pointer to capacity entries of entry_size. */
     uint64_t map_slots_addr;       /* address of the pointer to the slots */
     uint64_t map_mask_addr;        /* address of the uint64_t capacity - 1 */
-    uint32_t entry_size;
-    uint32_t entry_key, entry_size_field, entry_stack_id, entry_tid;
-    uint32_t entry_time_ns, entry_seq, entry_check;
-    uint32_t check_algorithm;      /* MEMLYZE_CHECK_ALGORITHM: memlyze_check_word */
 
     /* Stack table: recs[id] of rec_size, frames[] of uint64_t PCs. */
     uint64_t stack_recs_addr;      /* address of the pointer to the records */
     uint64_t stack_frames_addr;    /* address of the pointer to the frame arena */
     uint64_t stack_next_id_addr;   /* address of the uint32_t next id */
-    uint32_t rec_size, rec_ready, rec_depth, rec_frames_offset;
-    uint32_t max_frames;
 
     /* Statistics: ncounters consecutive uint64_t; names[i] is a C string. */
     uint64_t counters_addr;
     uint64_t counter_names_addr;   /* array of ncounters string addresses */
+
+    /* Heap-map entry layout. */
+    uint32_t entry_size;
+    uint32_t entry_key, entry_size_field, entry_stack_id, entry_tid;
+    uint32_t entry_time_ns, entry_seq, entry_check;
+    uint32_t check_algorithm;      /* MEMLYZE_CHECK_ALGORITHM: memlyze_check_word */
+
+    /* Stack record layout. */
+    uint32_t rec_size, rec_ready, rec_depth, rec_frames_offset;
+    uint32_t max_frames;
     uint32_t ncounters;
-    uint32_t pad;
 
-    /* uint64_t, different for every sampling session (attach, or the
-     * child of a followed fork): snapshots of one session share samples. */
-    uint64_t session_addr;
-
-    /* Version 3. The heap map's mask is below 1 << map_log2_max. */
-    uint32_t map_log2_max;
-    uint32_t pad3;
+    /* The bounds above, for readers that cannot include this header. */
+    uint32_t map_log2_min, map_log2_max;
+    uint32_t entry_size_min, record_size_max, counters_max;
 };
+
 
 /* 1 if a descriptor copied from a process is one this header describes,
  * with every field a reader uses inside its record. */
 static inline int memlyze_info_readable(const struct memlyze_info *in)
 {
-    int ok = in->version == MEMLYZE_INFO_VERSION && in->size == sizeof *in &&
+    int ok = in->version == MEMLYZE_INFO_VERSION && in->size == sizeof *in && in->nfields <= MEMLYZE_FIELDS_MAX &&
              in->check_algorithm == MEMLYZE_CHECK_ALGORITHM && in->entry_size >= MEMLYZE_ENTRY_SIZE_MIN &&
              in->entry_size <= MEMLYZE_RECORD_SIZE_MAX && in->rec_size > 0 && in->rec_size <= MEMLYZE_RECORD_SIZE_MAX &&
              in->ncounters <= MEMLYZE_COUNTERS_MAX && in->map_log2_max <= MEMLYZE_MAP_LOG2_MAX;

@@ -40,45 +40,27 @@ except ImportError:          # imported by the lldb script or a test
 
 INFO_SYMBOL = "memlyze_info"
 INFO_MAGIC = b"MLZINFO\0"
-INFO_VERSION = 3
 CHECK_ALGORITHM = 1           # the check word heap_entry_check() implements
 
-# Field order and C types of struct memlyze_info version 3; the byte layout
-# (natural x86-64 alignment) is derived below, never written out by hand.
-_INFO_FIELDS = (
-    ("magic", "8s"), ("version", "I"), ("size", "I"),
-    ("ready_addr", "Q"), ("attached_addr", "Q"), ("rate_addr", "Q"), ("pid_addr", "Q"),
-    ("mono_to_real_addr", "Q"),
-    ("map_slots_addr", "Q"), ("map_mask_addr", "Q"),
-    ("entry_size", "I"), ("entry_key", "I"), ("entry_size_field", "I"), ("entry_stack_id", "I"),
-    ("entry_tid", "I"), ("entry_time_ns", "I"), ("entry_seq", "I"), ("entry_check", "I"),
-    ("check_algorithm", "I"),
-    ("stack_recs_addr", "Q"), ("stack_frames_addr", "Q"), ("stack_next_id_addr", "Q"),
-    ("rec_size", "I"), ("rec_ready", "I"), ("rec_depth", "I"), ("rec_frames_offset", "I"),
-    ("max_frames", "I"),
-    ("counters_addr", "Q"), ("counter_names_addr", "Q"), ("ncounters", "I"), ("pad", "I"),
-    ("session_addr", "Q"),
-    ("map_log2_max", "I"), ("pad3", "I"),
+# The descriptor describes itself (payload/info.h, version 4 and later): its
+# fixed head says where a table of its fields is, and every value below is
+# read by name from that table. Only the head's layout is known here.
+INFO_HEAD_FMT = "<8sIIQII"    # magic, version, size, fields_addr, nfields, field_size
+INFO_HEAD_SIZE = struct.calcsize(INFO_HEAD_FMT)
+INFO_FIRST_SELF_DESCRIBED = 4
+FIELD_NAME_SIZE = 24          # struct memlyze_field: name[24], offset, width
+INFO_SIZE_MAX, FIELDS_MAX = 4096, 128
+
+# The fields these scripts use. A descriptor without one of them is refused.
+INFO_NEEDED = (
+    "ready_addr", "attached_addr", "rate_addr", "pid_addr", "mono_to_real_addr", "session_addr",
+    "map_slots_addr", "map_mask_addr", "stack_recs_addr", "stack_frames_addr", "stack_next_id_addr",
+    "counters_addr", "counter_names_addr",
+    "entry_size", "entry_key", "entry_size_field", "entry_stack_id", "entry_tid", "entry_time_ns",
+    "entry_seq", "entry_check", "check_algorithm",
+    "rec_size", "rec_ready", "rec_depth", "rec_frames_offset", "max_frames", "ncounters",
+    "map_log2_max", "entry_size_min", "record_size_max", "counters_max",
 )
-
-
-def _c_layout(fields):
-    """struct format, size and field offsets of a C struct of these fields."""
-    fmt, off, offsets = "<", 0, {}
-    for name, t in fields:
-        size = struct.calcsize("<" + t)
-        align = 1 if t.endswith("s") else size
-        if off % align:
-            fmt += "%dx" % (align - off % align)
-            off += align - off % align
-        offsets[name] = off
-        fmt += t
-        off += size
-    return fmt, off, offsets
-
-
-INFO_FMT, INFO_SIZE, INFO_OFFSETS = _c_layout(_INFO_FIELDS)
-_INFO_NAMES = [name for name, _ in _INFO_FIELDS]
 
 HEAP_EMPTY, HEAP_RESERVED, HEAP_TOMBSTONE = 0, 1, (1 << 64) - 1
 MAX_STACK_READ = 256          # as live/snapshot.c: deeper records are not trusted
@@ -114,32 +96,60 @@ def heap_entry_check(key, size, stack_id, tid, time_ns, seq):
     return h
 
 
-def parse_info(raw):
-    """The descriptor's fields as a dict; MlzError if it is not INFO_VERSION."""
-    if len(raw) < 16 or raw[:8] != INFO_MAGIC:
-        raise MlzError("payload version differs from the scripts: memlyze_info has another magic")
-    version, size = struct.unpack_from("<II", raw, 8)
-    if version != INFO_VERSION or size != INFO_SIZE:
-        raise MlzError("payload version differs from the scripts: memlyze_info version %d (%d bytes), "
-                       "these scripts read version %d (%d bytes); use the scripts installed with that payload"
-                       % (version, size, INFO_VERSION, INFO_SIZE))
-    if len(raw) < INFO_SIZE:
+def _refuse(why):
+    return MlzError("payload version differs from the scripts: " + why)
+
+
+def parse_info_head(raw):
+    """(version, size, fields_addr, nfields, field_size) of a descriptor's
+    head; MlzError if it is not one these scripts can describe."""
+    if len(raw) < INFO_HEAD_SIZE or raw[:8] != INFO_MAGIC:
+        raise _refuse("memlyze_info has another magic")
+    _, version, size, fields_addr, nfields, field_size = struct.unpack_from(INFO_HEAD_FMT, raw)
+    if version < INFO_FIRST_SELF_DESCRIBED:
+        raise _refuse("memlyze_info version %d predates the field table these scripts read; "
+                      "use the scripts installed with that payload" % version)
+    if not (INFO_HEAD_SIZE <= size <= INFO_SIZE_MAX and 0 < nfields <= FIELDS_MAX
+            and FIELD_NAME_SIZE + 8 <= field_size <= 256):
+        raise _refuse("memlyze_info version %d (%d bytes) has no field table these scripts can read"
+                      % (version, size))
+    return version, size, fields_addr, nfields, field_size
+
+
+def parse_info(raw, table):
+    """The descriptor's fields as a dict, read by name through its table.
+
+    raw: the descriptor's size bytes; table: nfields entries of field_size
+    bytes. MlzError if a field these scripts need is missing or a record
+    layout is outside the bounds the descriptor itself gives."""
+    version, size, _, nfields, field_size = parse_info_head(raw)
+    if len(raw) < size or len(table) < nfields * field_size:
         raise MlzError("memlyze_info is cut short")
-    d = dict(zip(_INFO_NAMES, struct.unpack_from(INFO_FMT, raw)))
+    d = {"version": version, "size": size}
+    for k in range(nfields):
+        e = table[k * field_size:(k + 1) * field_size]
+        name = e[:FIELD_NAME_SIZE].split(b"\0", 1)[0].decode("ascii", "replace")
+        off, width = struct.unpack_from("<II", e, FIELD_NAME_SIZE)
+        if width not in (4, 8) or off < INFO_HEAD_SIZE or off + width > size:
+            raise _refuse("memlyze_info v%d: field %s lies outside the descriptor" % (version, name))
+        d[name] = int.from_bytes(raw[off:off + width], "little")
+    missing = [n for n in INFO_NEEDED if n not in d]
+    if missing:
+        raise _refuse("memlyze_info version %d lacks the field %s" % (version, missing[0]))
     # Fields read below: 8 bytes for key/size/time/seq/check/frames_offset,
     # 4 for stack_id/tid/ready/depth. Anything outside its record means a
     # layout these scripts do not understand.
-    es, rs = d["entry_size"], d["rec_size"]
-    ok = (d["check_algorithm"] == CHECK_ALGORITHM and 56 <= es <= 4096 and 0 < rs <= 4096 and d["ncounters"] <= 256
-          and d["map_log2_max"] < 64)
+    es, rs, cap = d["entry_size"], d["rec_size"], d["record_size_max"]
+    ok = (d["check_algorithm"] == CHECK_ALGORITHM and d["entry_size_min"] <= es <= cap and 0 < rs <= cap
+          and cap <= INFO_SIZE_MAX and d["ncounters"] <= d["counters_max"] <= 4096 and d["map_log2_max"] < 64)
     for f, w in (("entry_key", 8), ("entry_size_field", 8), ("entry_stack_id", 4), ("entry_tid", 4),
                  ("entry_time_ns", 8), ("entry_seq", 8), ("entry_check", 8)):
         ok = ok and d[f] + w <= es
     for f, w in (("rec_ready", 4), ("rec_depth", 4), ("rec_frames_offset", 8)):
         ok = ok and d[f] + w <= rs
     if not ok:
-        raise MlzError("payload version differs from the scripts: memlyze_info v%d describes a layout these "
-                       "scripts cannot read (check algorithm %d)" % (version, d["check_algorithm"]))
+        raise _refuse("memlyze_info v%d describes a layout these scripts cannot read (check algorithm %d)"
+                      % (version, d["check_algorithm"]))
     return d
 
 
@@ -172,14 +182,14 @@ class Payload(object):
         self.t = target
         self.info_addr = info_addr
         try:
-            # The head first: a descriptor of another size is refused by
-            # parse_info before anything past it is read.
-            raw = target.read(info_addr, 16)
-            if raw[:8] == INFO_MAGIC and struct.unpack_from("<II", raw, 8) == (INFO_VERSION, INFO_SIZE):
-                raw += target.read(info_addr + 16, INFO_SIZE - 16)
+            # The head first: it says how much more there is to read.
+            raw = target.read(info_addr, INFO_HEAD_SIZE)
+            _, size, fields_addr, nfields, field_size = parse_info_head(raw)
+            raw += target.read(info_addr + INFO_HEAD_SIZE, size - INFO_HEAD_SIZE)
+            table = target.read(fields_addr, nfields * field_size)
         except MlzMemory:
             raise MlzError("cannot read memlyze_info at 0x%x%s" % (info_addr, self._where()))
-        self.i = parse_info(raw)
+        self.i = parse_info(raw, table)
         i = self.i
         try:
             self.ready = self.s32(i["ready_addr"])

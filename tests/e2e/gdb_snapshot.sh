@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# gdb script (scripts/gdb/memlyze.py) on live processes: its reimplementation
-# of the payload's layout and check word against the C ones; `memlyze
+# gdb script (scripts/gdb/memlyze.py) on live processes: its reading of the
+# payload's self-describing descriptor and its check word against the C ones; `memlyze
 # snapshot` inside gdb writes the same sample set and the same symbolized
 # stacks as `memlyze snapshot PID` at the same stop, exact and sampled;
 # status, top, help and completion; one-line errors (no payload, another
@@ -40,26 +40,44 @@ int main(void)
 }
 EOF
 cat > "$T/lay.c" <<'EOF'
+/* The real payload's descriptor: does its field table tile the struct
+ * exactly (every field listed once)? Then its bytes, its table's bytes,
+ * and each field's value as C reads it, for the Python reader to match. */
 #include "info.h"
-#include <stddef.h>
+#include <dlfcn.h>
 #include <stdio.h>
-#define F(x) printf("%s %zu\n", #x, offsetof(struct memlyze_info, x));
-int main(void)
+#include <string.h>
+static void hex(const void *p, size_t n)
 {
-    printf("size %zu\n", sizeof(struct memlyze_info));
-    printf("version %d\n", MEMLYZE_INFO_VERSION);
-    F(magic) F(version) F(size) F(ready_addr) F(attached_addr) F(rate_addr) F(pid_addr) F(mono_to_real_addr)
-    F(map_slots_addr) F(map_mask_addr) F(entry_size) F(entry_key) F(entry_size_field) F(entry_stack_id)
-    F(entry_tid) F(entry_time_ns) F(entry_seq) F(entry_check) F(check_algorithm) F(stack_recs_addr)
-    F(stack_frames_addr) F(stack_next_id_addr) F(rec_size) F(rec_ready) F(rec_depth) F(rec_frames_offset)
-    F(max_frames) F(counters_addr) F(counter_names_addr) F(ncounters) F(pad) F(session_addr)
-    F(map_log2_max) F(pad3)
-    printf("check_algorithm_id %d\n", MEMLYZE_CHECK_ALGORITHM);
+    for (size_t i = 0; i < n; i++) printf("%02x", ((const unsigned char *)p)[i]);
+    printf("\n");
+}
+int main(int argc, char **argv)
+{
+    void *h = argc > 1 ? dlopen(argv[1], RTLD_NOW) : NULL;
+    const struct memlyze_info *in = h ? dlsym(h, MEMLYZE_INFO_SYMBOL) : NULL;
+    if (!in) return fprintf(stderr, "no memlyze_info: %s\n", dlerror()), 1;
+    const struct memlyze_field *f = (const void *)(uintptr_t)in->fields_addr;
+    unsigned char seen[4096] = { 0 };
+    for (uint32_t i = 0; i < in->nfields; i++)
+        for (uint32_t b = f[i].offset; b < f[i].offset + f[i].width && b < sizeof seen; b++) seen[b]++;
+    for (size_t b = 0; b < sizeof seen; b++)
+        if (seen[b] != (b >= 32 && b < in->size))
+            return fprintf(stderr, "byte %zu of memlyze_info is in %d fields of the table\n", b, seen[b]), 1;
+    hex(in, in->size);
+    hex(f, (size_t)in->nfields * in->field_size);
+#define F(x) printf("%s %llu\n", #x, (unsigned long long)in->x);
+    F(version) F(size) F(ready_addr) F(attached_addr) F(rate_addr) F(pid_addr) F(mono_to_real_addr)
+    F(session_addr) F(map_slots_addr) F(map_mask_addr) F(stack_recs_addr) F(stack_frames_addr)
+    F(stack_next_id_addr) F(counters_addr) F(counter_names_addr) F(entry_size) F(entry_key)
+    F(entry_size_field) F(entry_stack_id) F(entry_tid) F(entry_time_ns) F(entry_seq) F(entry_check)
+    F(check_algorithm) F(rec_size) F(rec_ready) F(rec_depth) F(rec_frames_offset) F(max_frames)
+    F(ncounters) F(map_log2_min) F(map_log2_max) F(entry_size_min) F(record_size_max) F(counters_max)
     return 0;
 }
 EOF
 cc -std=c11 -I"$ROOT/payload" -o "$T/chk" "$T/chk.c" || fail "build chk"
-cc -std=c11 -I"$ROOT/payload" -o "$T/lay" "$T/lay.c" || fail "build lay"
+cc -std=c11 -I"$ROOT/payload" -o "$T/lay" "$T/lay.c" -ldl || fail "build lay"
 python3 -c "
 import random; r = random.Random(7); M = (1 << 64) - 1
 rows = [(0x5555deadbeef, 16, 1, 1234, 1000, 1), (M - 5, M, 0xffffffff, 0xffffffff, M, M), (2, 0, 0, 0, 0, 0)]
@@ -72,33 +90,54 @@ for l in open('$T/chk.in'):
     k, s, a, b, t, q = map(int, l.split()); print(m.heap_entry_check(k, s, a, b, t, q))" > "$T/chk.py.out"
 check "check word: Python equals payload/info.h's memlyze_check_word on 503 inputs" \
     bash -c "[ \$(wc -l < '$T/chk.c.out') -eq 503 ] && cmp '$T/chk.c.out' '$T/chk.py.out'"
-"$T/lay" > "$T/lay.c.out"
+check "descriptor: its field table lists every field once" bash -c "MEMLYZE_MODE= '$T/lay' '$LIB' > '$T/lay.out'"
+sed -n '3,$p' "$T/lay.out" | sort > "$T/lay.c.out"
 python3 -c "$PYMOD
-print('size', m.INFO_SIZE); print('version', m.INFO_VERSION)
-for n, o in m.INFO_OFFSETS.items(): print(n, o)
-print('check_algorithm_id', m.CHECK_ALGORITHM)" > "$T/lay.py.out"
-check "descriptor layout: Python offsets equal payload/info.h's" diff "$T/lay.c.out" "$T/lay.py.out"
-check "descriptors of another magic, version, size or layout are refused" python3 -c "$PYMOD
+l = open('$T/lay.out').read().split('\n')
+d = m.parse_info(bytes.fromhex(l[0]), bytes.fromhex(l[1]))
+for n in sorted(d): print(n, d[n])" | sort > "$T/lay.py.out"
+check "descriptor: Python reads every field by name as C does" \
+    bash -c "[ \$(wc -l < '$T/lay.c.out') -ge 30 ] && diff '$T/lay.c.out' '$T/lay.py.out'"
+check "descriptors of another magic, version, size or layout are refused; a later one is read by name" python3 -c "$PYMOD
 import struct
-good = struct.pack(m.INFO_FMT, *[m.INFO_MAGIC if n == 'magic' else m.INFO_VERSION if n == 'version' else
-    m.INFO_SIZE if n == 'size' else 64 if n in ('entry_size', 'rec_size') else 1 if n == 'check_algorithm' else 0
-    for n in m.INFO_OFFSETS])
-m.parse_info(good)
-def bad(raw, words):
+l = open('$T/lay.out').read().split('\n')
+good, table = bytes.fromhex(l[0]), bytes.fromhex(l[1])
+ver, size, fa, nf, fs = m.parse_info_head(good)
+names = [table[k * fs:k * fs + 24].split(b'\0')[0].decode() for k in range(nf)]
+off = dict((n, struct.unpack_from('<II', table, k * fs + 24)) for k, n in enumerate(names))
+def put(raw, name, v):
+    o, w = off[name]
+    return raw[:o] + v.to_bytes(w, 'little') + raw[o + w:]
+def entry(k, name=None, o=None):
+    e = table[k * fs:(k + 1) * fs]
+    if name is not None: e = name.encode().ljust(24, b'\0') + e[24:]
+    if o is not None: e = e[:24] + struct.pack('<I', o) + e[28:]
+    return e
+def bad(raw, tab, words):
     try:
-        m.parse_info(raw)
+        m.parse_info(raw, tab)
     except m.MlzError as e:
         assert str(e).startswith('payload version differs from the scripts') and words in str(e), str(e)
         return
     raise SystemExit('accepted: ' + words)
-bad(b'MLZINFX' + bytes(1) + good[8:], 'magic')
-v = m.INFO_VERSION
-bad(good[:8] + struct.pack('<II', v + 1, m.INFO_SIZE) + good[16:], 'version %d' % (v + 1))
-bad(good[:8] + struct.pack('<II', v, m.INFO_SIZE + 8) + good[16:] + bytes(8), '%d bytes' % (m.INFO_SIZE + 8))
-o = m.INFO_OFFSETS['check_algorithm']
-bad(good[:o] + struct.pack('<I', 2) + good[o + 4:], 'check algorithm 2')
-o = m.INFO_OFFSETS['entry_check']
-bad(good[:o] + struct.pack('<I', 60) + good[o + 4:], 'layout')
+m.parse_info(good, table)
+bad(b'MLZINFX' + good[7:], table, 'magic')
+bad(good[:8] + struct.pack('<I', 3) + good[12:], table, 'version 3 predates')
+bad(good[:24] + struct.pack('<I', 0) + good[28:], table, 'no field table')
+k = names.index('entry_check')
+bad(good, table[:k * fs] + entry(k, 'entry_chekk') + table[(k + 1) * fs:], 'lacks the field entry_check')
+bad(good, table[:k * fs] + entry(k, o=size) + table[(k + 1) * fs:], 'field entry_check lies outside')
+bad(put(good, 'check_algorithm', 2), table, 'check algorithm 2')
+bad(put(good, 'entry_check', 60), table, 'layout')
+bad(put(good, 'rec_size', 8192), table, 'layout')
+# A later descriptor: one more field, and map_mask_addr moved to the end. Read by name, same values.
+k = names.index('map_mask_addr')
+later = good[:8] + struct.pack('<II', ver + 1, size + 16) + good[16:24] + struct.pack('<I', nf + 1) + good[28:]
+later = later + good[off['map_mask_addr'][0]:off['map_mask_addr'][0] + 8] + (7).to_bytes(8, 'little')
+ltab = table[:k * fs] + entry(k, o=size) + table[(k + 1) * fs:] + entry(0, 'a_later_field', size + 8)
+a, b = m.parse_info(good, table), m.parse_info(later, ltab)
+assert b.pop('a_later_field') == 7 and b.pop('version') == ver + 1 and b.pop('size') == size + 16
+a.pop('version'); a.pop('size'); assert a == b, (a, b)
 "
 
 cc -O2 -g -pthread -o "$T/holder" "$ROOT/tests/targets/holder.c" || fail "build holder"

@@ -1,7 +1,8 @@
 /*
  * dbg_badinfo.c - a process that exports a memlyze_info of another version
- * (as a newer payload would): the debugger scripts must refuse it with one
- * line instead of misreading its tables. Waits for standard input to close.
+ * without a field table (a payload the scripts cannot describe): the
+ * debugger scripts must refuse it with one line instead of misreading it.
+ * Waits for standard input to close.
  */
 #include "info.h"
 

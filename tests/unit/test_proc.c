@@ -188,6 +188,8 @@ static void test_info_readable(void)
     CHECK(!memlyze_info_readable(&d));
     d = ok, d.map_log2_max = MEMLYZE_MAP_LOG2_MAX + 1;
     CHECK(!memlyze_info_readable(&d));
+    d = ok, d.nfields = MEMLYZE_FIELDS_MAX + 1;
+    CHECK(!memlyze_info_readable(&d));
     /* The check word moves with every field. */
     uint64_t w = memlyze_check_word(0x1000, 16, 1, 2, 3, 4);
     CHECK(w != memlyze_check_word(0x1000, 16, 1, 2, 3, 5) && w != memlyze_check_word(0x1000, 17, 1, 2, 3, 4) &&
