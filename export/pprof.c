@@ -182,32 +182,25 @@ static int gzip_out(FILE *f, const pb_buf *b, char *err, size_t errlen)
     return 0;
 }
 
-int pprof_write(FILE *f, const prof *p, uint64_t start_us, uint64_t end_us, char *err, size_t errlen)
+/* sample_type: the four values every sample carries, in that order. The
+ * strings are interned here in a fixed order, so ids stay the same. */
+static void write_sample_types(pp *x, pb_buf *out, pb_buf *sub)
 {
-    pp x = { .m = p->meta };
-    pb_buf out = { 0 }, sub = { 0 }, sub2 = { 0 };
-    uint64_t *ids = NULL;
-    int rc = -1;
-    x.strs = keymap_new();
-    x.funcs = keymap_new();
-    x.locs = keymap_new();
-    if (!x.strs || !x.funcs || !x.locs || order_mappings(&x)) goto oom;
+    uint64_t s_alloc_objects = str_id(x, "alloc_objects"), s_count = str_id(x, "count");
+    uint64_t s_alloc_space = str_id(x, "alloc_space"), s_bytes = str_id(x, "bytes");
+    uint64_t s_inuse_objects = str_id(x, "inuse_objects"), s_inuse_space = str_id(x, "inuse_space");
+    str_id(x, "space");   /* the period's type, written last */
+    value_type(out, sub, F_SAMPLE_TYPE, s_alloc_objects, s_count);
+    value_type(out, sub, F_SAMPLE_TYPE, s_alloc_space, s_bytes);
+    value_type(out, sub, F_SAMPLE_TYPE, s_inuse_objects, s_count);
+    value_type(out, sub, F_SAMPLE_TYPE, s_inuse_space, s_bytes);
+}
 
-    str_id(&x, "");   /* string_table[0] must be "" */
-    uint64_t s_alloc_objects = str_id(&x, "alloc_objects"), s_count = str_id(&x, "count");
-    uint64_t s_alloc_space = str_id(&x, "alloc_space"), s_bytes = str_id(&x, "bytes");
-    uint64_t s_inuse_objects = str_id(&x, "inuse_objects"), s_inuse_space = str_id(&x, "inuse_space");
-    uint64_t s_space = str_id(&x, "space");
-    value_type(&out, &sub, F_SAMPLE_TYPE, s_alloc_objects, s_count);
-    value_type(&out, &sub, F_SAMPLE_TYPE, s_alloc_space, s_bytes);
-    value_type(&out, &sub, F_SAMPLE_TYPE, s_inuse_objects, s_count);
-    value_type(&out, &sub, F_SAMPLE_TYPE, s_inuse_space, s_bytes);
-
-    size_t maxdepth = 1;
-    for (size_t i = 0; i < p->nsites; i++)
-        if (p->sites[i].stack->depth > maxdepth) maxdepth = p->sites[i].stack->depth;
-    ids = malloc(maxdepth * sizeof *ids);
-    if (!ids) goto oom;
+/* One sample per merged site with samples: its locations, leaf first (a run
+ * of inlined frames and the frame they sit in share one location), and its
+ * four estimates. ids has room for the deepest stack. */
+static void write_samples(pp *x, const prof *p, uint64_t *ids, pb_buf *out, pb_buf *sub)
+{
     for (size_t i = 0; i < p->nsites; i++) {
         const prof_site *s = &p->sites[i];
         if (p->site_of[i] != i || !s->samples) continue;
@@ -216,90 +209,127 @@ int pprof_write(FILE *f, const prof *p, uint64_t start_us, uint64_t end_us, char
         for (uint32_t j = 0; j < st->depth;) {
             uint32_t k = j;
             while (k + 1 < st->depth && st->frames[k].inlined && k - j < 15) k++;
-            ids[n++] = loc_id(&x, &st->frames[j], k - j + 1);
+            ids[n++] = loc_id(x, &st->frames[j], k - j + 1);
             j = k + 1;
         }
         uint64_t v[4] = { nonneg(s->alloc_count.value), nonneg(s->alloc_bytes.value),
                           nonneg(s->live_count.value), nonneg(s->live_bytes.value) };
-        pb_reset(&sub);
-        pb_packed(&sub, S_LOCATION_ID, ids, n);
-        pb_packed(&sub, S_VALUE, v, 4);   /* all four, zeros included */
-        pb_bytes(&out, F_SAMPLE, sub.p, sub.n);
+        pb_reset(sub);
+        pb_packed(sub, S_LOCATION_ID, ids, n);
+        pb_packed(sub, S_VALUE, v, 4);   /* all four, zeros included */
+        pb_bytes(out, F_SAMPLE, sub->p, sub->n);
     }
+}
 
-    for (size_t k = 0; k < x.m->nmodules; k++) {
-        const mlz_meta_module *mod = &x.m->modules[x.map_order[k]];
-        pb_reset(&sub);
-        pb_uint(&sub, M_ID, k + 1);
-        pb_uint(&sub, M_START, mod->base);
-        pb_uint(&sub, M_LIMIT, mod->base + mod->size);
-        pb_uint(&sub, M_OFFSET, 0);   /* base is the lowest mapped address: file offset 0 */
-        pb_uint(&sub, M_FILENAME, str_id(&x, mod->path ? mod->path : ""));
-        pb_uint(&sub, M_BUILD_ID, mod->build_id ? str_id(&x, mod->build_id) : 0);
+static void write_mappings(pp *x, pb_buf *out, pb_buf *sub)
+{
+    for (size_t k = 0; k < x->m->nmodules; k++) {
+        const mlz_meta_module *mod = &x->m->modules[x->map_order[k]];
+        pb_reset(sub);
+        pb_uint(sub, M_ID, k + 1);
+        pb_uint(sub, M_START, mod->base);
+        pb_uint(sub, M_LIMIT, mod->base + mod->size);
+        pb_uint(sub, M_OFFSET, 0);   /* base is the lowest mapped address: file offset 0 */
+        pb_uint(sub, M_FILENAME, str_id(x, mod->path ? mod->path : ""));
+        pb_uint(sub, M_BUILD_ID, mod->build_id ? str_id(x, mod->build_id) : 0);
         /* Frames come symbolized: pprof must not try to symbolize again. */
-        pb_bool(&sub, M_HAS_FUNCTIONS, 1);
-        pb_bool(&sub, M_HAS_FILENAMES, 1);
-        pb_bool(&sub, M_HAS_LINES, 1);
-        pb_bool(&sub, M_HAS_INLINES, 1);
-        pb_bytes(&out, F_MAPPING, sub.p, sub.n);
+        pb_bool(sub, M_HAS_FUNCTIONS, 1);
+        pb_bool(sub, M_HAS_FILENAMES, 1);
+        pb_bool(sub, M_HAS_LINES, 1);
+        pb_bool(sub, M_HAS_INLINES, 1);
+        pb_bytes(out, F_MAPPING, sub->p, sub->n);
     }
-    for (size_t i = 0; i < x.nloc; i++) {
-        const pp_loc *l = &x.loc[i];
-        pb_reset(&sub);
-        pb_uint(&sub, L_ID, i + 1);
-        pb_uint(&sub, L_MAPPING_ID, l->mapping);
-        pb_uint(&sub, L_ADDRESS, l->address);
-        for (size_t j = 0; j < l->nlines; j++) {
-            pb_reset(&sub2);
-            pb_uint(&sub2, LN_FUNCTION_ID, x.line[l->first_line + j].func);
-            pb_int(&sub2, LN_LINE, x.line[l->first_line + j].line);
-            pb_bytes(&sub, L_LINE, sub2.p, sub2.n);
-        }
-        pb_bytes(&out, F_LOCATION, sub.p, sub.n);
-    }
-    for (size_t i = 0; i < x.nfn; i++) {
-        pb_reset(&sub);
-        pb_uint(&sub, FN_ID, i + 1);
-        pb_uint(&sub, FN_NAME, x.fn[i].name);
-        pb_uint(&sub, FN_SYSTEM_NAME, x.fn[i].name);
-        pb_uint(&sub, FN_FILENAME, x.fn[i].file);
-        pb_bytes(&out, F_FUNCTION, sub.p, sub.n);
-    }
+}
 
+/* The locations and functions the samples interned. */
+static void write_locations(const pp *x, pb_buf *out, pb_buf *sub, pb_buf *sub2)
+{
+    for (size_t i = 0; i < x->nloc; i++) {
+        const pp_loc *l = &x->loc[i];
+        pb_reset(sub);
+        pb_uint(sub, L_ID, i + 1);
+        pb_uint(sub, L_MAPPING_ID, l->mapping);
+        pb_uint(sub, L_ADDRESS, l->address);
+        for (size_t j = 0; j < l->nlines; j++) {
+            pb_reset(sub2);
+            pb_uint(sub2, LN_FUNCTION_ID, x->line[l->first_line + j].func);
+            pb_int(sub2, LN_LINE, x->line[l->first_line + j].line);
+            pb_bytes(sub, L_LINE, sub2->p, sub2->n);
+        }
+        pb_bytes(out, F_LOCATION, sub->p, sub->n);
+    }
+    for (size_t i = 0; i < x->nfn; i++) {
+        pb_reset(sub);
+        pb_uint(sub, FN_ID, i + 1);
+        pb_uint(sub, FN_NAME, x->fn[i].name);
+        pb_uint(sub, FN_SYSTEM_NAME, x->fn[i].name);
+        pb_uint(sub, FN_FILENAME, x->fn[i].file);
+        pb_bytes(out, F_FUNCTION, sub->p, sub->n);
+    }
+}
+
+/* Time, period and comment, then the string table, which must come last:
+ * everything before has interned its strings. */
+static void write_trailer(pp *x, const prof *p, uint64_t start_us, uint64_t end_us, pb_buf *out, pb_buf *sub)
+{
     char note[160];
     if (p->rate <= 1) snprintf(note, sizeof note, "memlyze: exact (every allocation recorded)");
     else snprintf(note, sizeof note, "memlyze: sampled every %llu bytes on average; values are unbiased estimates",
                   (unsigned long long)p->rate);
-    uint64_t s_note = str_id(&x, note);
-    pb_int(&out, F_TIME_NANOS, (int64_t)(start_us * 1000));
-    pb_int(&out, F_DURATION_NANOS, end_us > start_us ? (int64_t)((end_us - start_us) * 1000) : 0);
-    value_type(&out, &sub, F_PERIOD_TYPE, s_space, s_bytes);
-    pb_int(&out, F_PERIOD, (int64_t)(p->rate ? p->rate : 1));
-    pb_uint(&out, F_COMMENT, s_note);
-    pb_uint(&out, F_DEFAULT_SAMPLE_TYPE, s_inuse_space);
-    /* The string table last: everything above has interned its strings. */
-    for (size_t i = 0; i < keymap_count(x.strs); i++) {
+    uint64_t s_note = str_id(x, note);
+    pb_int(out, F_TIME_NANOS, (int64_t)(start_us * 1000));
+    pb_int(out, F_DURATION_NANOS, end_us > start_us ? (int64_t)((end_us - start_us) * 1000) : 0);
+    value_type(out, sub, F_PERIOD_TYPE, str_id(x, "space"), str_id(x, "bytes"));
+    pb_int(out, F_PERIOD, (int64_t)(p->rate ? p->rate : 1));
+    pb_uint(out, F_COMMENT, s_note);
+    pb_uint(out, F_DEFAULT_SAMPLE_TYPE, str_id(x, "inuse_space"));
+    for (size_t i = 0; i < keymap_count(x->strs); i++) {
         size_t len;
-        const char *s = keymap_key(x.strs, (uint32_t)i, &len);
-        pb_bytes(&out, F_STRING_TABLE, s, len);
+        const char *s = keymap_key(x->strs, (uint32_t)i, &len);
+        pb_bytes(out, F_STRING_TABLE, s, len);
     }
-    if (x.oom || out.oom || sub.oom || sub2.oom) goto oom;
-    rc = gzip_out(f, &out, err, errlen);
-    goto out;
-oom:
-    snprintf(err, errlen, "out of memory");
-out:
+}
+
+static void pp_free(pp *x)
+{
+    keymap_free(x->strs);
+    keymap_free(x->funcs);
+    keymap_free(x->locs);
+    free(x->loc);
+    free(x->line);
+    free(x->fn);
+    free(x->map_id);
+    free(x->map_order);
+}
+
+int pprof_write(FILE *f, const prof *p, uint64_t start_us, uint64_t end_us, char *err, size_t errlen)
+{
+    pp x = { .m = p->meta };
+    pb_buf out = { 0 }, sub = { 0 }, sub2 = { 0 };
+    size_t maxdepth = 1;
+    for (size_t i = 0; i < p->nsites; i++)
+        if (p->sites[i].stack->depth > maxdepth) maxdepth = p->sites[i].stack->depth;
+    uint64_t *ids = malloc(maxdepth * sizeof *ids);
+    x.strs = keymap_new();
+    x.funcs = keymap_new();
+    x.locs = keymap_new();
+    int rc = -1;
+    if (ids && x.strs && x.funcs && x.locs && !order_mappings(&x)) {
+        str_id(&x, "");   /* string_table[0] must be "" */
+        write_sample_types(&x, &out, &sub);
+        write_samples(&x, p, ids, &out, &sub);
+        write_mappings(&x, &out, &sub);
+        write_locations(&x, &out, &sub, &sub2);
+        write_trailer(&x, p, start_us, end_us, &out, &sub);
+        if (!x.oom && !out.oom && !sub.oom && !sub2.oom) rc = gzip_out(f, &out, err, errlen);
+        else snprintf(err, errlen, "out of memory");
+    } else {
+        snprintf(err, errlen, "out of memory");
+    }
     free(ids);
     pb_free(&out);
     pb_free(&sub);
     pb_free(&sub2);
-    keymap_free(x.strs);
-    keymap_free(x.funcs);
-    keymap_free(x.locs);
-    free(x.loc);
-    free(x.line);
-    free(x.fn);
-    free(x.map_id);
-    free(x.map_order);
+    pp_free(&x);
     return rc;
 }
