@@ -74,123 +74,171 @@ static char *unescape(const char *s, size_t *len)
     return o;
 }
 
+/* The state of one undump: the header as read so far, and the writer once
+ * the meta line has opened it. */
+typedef struct {
+    src_pos pos;
+    const char *out;
+    int force;
+    mlz_header h;
+    mlz_writer w;
+    char *meta;
+    int have_header, opened, ended, pending_block;
+    uint64_t count;
+} undump;
+
+static uint8_t buf[MLZ_SPLIT_MAX_RAW], zbuf[MLZ_LZ4_BOUND], ext_data[MLZ_EXT_MAX];
+
+/* "header version=V start_us=T flags=F": only flags this reader writes back. */
+static int on_header(undump *u, const char *line)
+{
+    uint64_t v, st, fl;
+    if (u->have_header || num(line, "version", &v) || num(line, "start_us", &st) || num(line, "flags", &fl))
+        return bad(&u->pos, "malformed header line");
+    if (v != MLZ_VERSION || (fl & ~MLZ_FLAGS_KNOWN) || ((fl & MLZ_FLAGS_BLOCKS) && !(fl & MLZ_FLAG_SEALED)) ||
+        (fl & MLZ_FLAGS_BLOCKS) == MLZ_FLAGS_BLOCKS)
+        return bad(&u->pos, "unsupported version or flags");
+    u->h.version = (uint32_t)v;
+    u->h.start_us = st;
+    u->h.flags = (uint32_t)fl;
+    u->have_header = 1;
+    return 0;
+}
+
+static int on_rest(undump *u, const char *line)
+{
+    size_t n;
+    if (!u->have_header || u->opened || hexbytes(line + 5, u->h.rest, sizeof u->h.rest, &n))
+        return bad(&u->pos, "malformed rest line");
+    return 0;
+}
+
+/* The meta line completes the header: the output is opened here. */
+static int on_meta(undump *u, const char *line)
+{
+    size_t meta_len;
+    if (!u->have_header || u->opened || !(u->meta = unescape(line + 5, &meta_len)))
+        return bad(&u->pos, "malformed or misplaced meta line");
+    mlz_writer_opts o = { .start_us = u->h.start_us, .meta = u->meta, .meta_len = meta_len,
+                          .flags = u->h.flags & MLZ_FLAGS_BLOCKS, .replace = u->force,
+                          .plain = !(u->h.flags & MLZ_FLAG_SEALED),
+                          .buf = buf, .buf_size = sizeof buf, .zbuf = zbuf, .zbuf_size = sizeof zbuf };
+    int e = mlz_writer_open(&u->w, u->out, &o);
+    if (e) return cli_error("undump", "%s: %s", u->out, strerror(-e));
+    mlz_writer_set_header_rest(&u->w, u->h.rest);
+    u->opened = 1;
+    return 0;
+}
+
+/* An event line into ev; 0 if it is well formed. */
+static int parse_event(const char *line, mlz_event *ev)
+{
+    uint64_t x = 0;
+    int ok = !num(line, "dt", &ev->delta_us);
+    if (!strncmp(line, "alloc ", 6)) {
+        ev->type = MLZ_EV_ALLOC;
+        ok = ok && !num(line, "addr", &ev->addr) && !num(line, "size", &ev->size) &&
+             !num(line, "stack", &ev->stack_id) && !num(line, "thread", &x) && x <= 0xffff;
+        ev->thread = (uint16_t)x;
+    } else if (!strncmp(line, "free ", 5)) {
+        ev->type = MLZ_EV_FREE;
+        ok = ok && !num(line, "addr", &ev->addr);
+    } else if (!strncmp(line, "gc ", 3)) {
+        ev->type = MLZ_EV_GC;
+        ok = ok && !num(line, "objects", &ev->objects) && !num(line, "bytes", &ev->bytes);
+    } else if (!strncmp(line, "marker ", 7)) {
+        ev->type = MLZ_EV_MARKER;
+        ok = ok && !num(line, "name", &ev->name_id);
+    } else if (!strncmp(line, "ext ", 4)) {
+        size_t n = 0;
+        const char *d = field(line, "data");
+        ok = ok && !num(line, "type", &x) && x >= MLZ_EV_EXT_FIRST && x < 128 && !num(line, "len", &ev->len) && d &&
+             !hexbytes(d, ext_data, sizeof ext_data, &n) && n == ev->len;
+        ev->type = (int)x;
+        ev->data = ext_data;
+    } else {
+        ok = 0;
+    }
+    return ok ? 0 : -1;
+}
+
+static int on_event(undump *u, const char *line)
+{
+    mlz_event ev = { 0 };
+    if (!u->opened || parse_event(line, &ev)) return bad(&u->pos, "malformed or misplaced event line");
+    if (u->pending_block && mlz_writer_end_block(&u->w)) return bad(&u->pos, "write error");
+    u->pending_block = 0;
+    if (mlz_writer_raw_event(&u->w, &ev)) return cli_error("undump", "%s: write error: %s", u->out, strerror(-u->w.err));
+    u->count++;
+    return 0;
+}
+
+/* One line after the first; 0, or non-zero once the error is printed. */
+static int on_line(undump *u, const char *line)
+{
+    if (u->ended) return bad(&u->pos, "text after the end line");
+    if (!strncmp(line, "header ", 7)) return on_header(u, line);
+    if (!strncmp(line, "rest ", 5)) return on_rest(u, line);
+    if (!strncmp(line, "meta ", 5)) return on_meta(u, line);
+    if (!strcmp(line, "block")) {
+        if (!u->opened || !(u->h.flags & MLZ_FLAGS_BLOCKS)) return bad(&u->pos, "block line outside a compressed stream");
+        u->pending_block = 1;
+        return 0;
+    }
+    if (!strncmp(line, "end ", 4)) {
+        uint64_t n;
+        if (!u->opened || num(line, "events", &n) || n != u->count) return bad(&u->pos, "end line does not match the events");
+        u->ended = 1;
+        return 0;
+    }
+    return on_event(u, line);
+}
+
+/* Reads the text to its end line and closes the output; 0 or 1. */
+static int undump_text(undump *u, FILE *in)
+{
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t len;
+    int rc = 1;
+    while ((len = getline(&line, &cap, in)) >= 0) {
+        u->pos.lineno++;
+        if (len > 0 && line[len - 1] == '\n') line[--len] = 0;
+        if (u->pos.lineno == 1) {
+            if (strcmp(line, "mlyze-dump 1")) { bad(&u->pos, "not memlyze dump text (first line must be \"mlyze-dump 1\")"); goto out; }
+        } else if (on_line(u, line)) {
+            goto out;
+        }
+    }
+    if (!u->ended) { bad(&u->pos, "text ends without the end line"); goto out; }
+    int e = mlz_writer_close(&u->w);
+    u->opened = 0;
+    if (e) { cli_error("undump", "%s: %s", u->out, strerror(-e)); goto out; }
+    rc = 0;
+out:
+    if (u->opened) mlz_writer_abort(&u->w);
+    free(line);
+    return rc;
+}
+
 static int run(int argc, char **argv)
 {
-    const char *out = NULL;
-    int force = 0, c;
+    static undump u;
+    int c;
     static const struct option opts[] = {
         { "output", required_argument, 0, 'o' }, { "force", no_argument, 0, 'f' }, { 0, 0, 0, 0 } };
     while ((c = getopt_long(argc, argv, "o:f", opts, NULL)) != -1) {
-        if (c == 'o') out = optarg;
-        else if (c == 'f') force = 1;
+        if (c == 'o') u.out = optarg;
+        else if (c == 'f') u.force = 1;
         else return cli_usage_error(&cmd_undump, "bad option");
     }
-    if (!out) return cli_usage_error(&cmd_undump, "missing -o OUTPUT");
+    if (!u.out) return cli_usage_error(&cmd_undump, "missing -o OUTPUT");
     if (argc - optind > 1) return cli_usage_error(&cmd_undump, "one input at a time");
-    src_pos pos = { optind < argc ? argv[optind] : "<stdin>", 0 };
+    u.pos = (src_pos){ optind < argc ? argv[optind] : "<stdin>", 0 };
     FILE *in = optind < argc ? fopen(argv[optind], "r") : stdin;
-    if (!in) return cli_error("undump", "%s: %s", pos.path, strerror(errno));
-
-    static uint8_t buf[MLZ_SPLIT_MAX_RAW], zbuf[MLZ_LZ4_BOUND];
-    static mlz_writer w;
-    static uint8_t data[MLZ_EXT_MAX];
-    mlz_header h = { 0 };
-    char *line = NULL, *meta = NULL;
-    size_t cap = 0, meta_len = 0;
-    int have_header = 0, opened = 0, ended = 0, rc = 1, pending_block = 0;
-    uint64_t count = 0;
-    ssize_t len;
-
-    while ((len = getline(&line, &cap, in)) >= 0) {
-        pos.lineno++;
-        if (len > 0 && line[len - 1] == '\n') line[--len] = 0;
-        if (pos.lineno == 1) {
-            if (strcmp(line, "mlyze-dump 1")) { bad(&pos, "not memlyze dump text (first line must be \"mlyze-dump 1\")"); goto out; }
-            continue;
-        }
-        if (ended) { bad(&pos, "text after the end line"); goto out; }
-        if (!strncmp(line, "header ", 7)) {
-            uint64_t v, st, fl;
-            if (have_header || num(line, "version", &v) || num(line, "start_us", &st) || num(line, "flags", &fl)) {
-                bad(&pos, "malformed header line");
-                goto out;
-            }
-            if (v != MLZ_VERSION || (fl & ~MLZ_FLAGS_KNOWN) || ((fl & MLZ_FLAGS_BLOCKS) && !(fl & MLZ_FLAG_SEALED)) || (fl & MLZ_FLAGS_BLOCKS) == MLZ_FLAGS_BLOCKS) {
-                bad(&pos, "unsupported version or flags");
-                goto out;
-            }
-            h.version = (uint32_t)v; h.start_us = st; h.flags = (uint32_t)fl;
-            have_header = 1;
-        } else if (!strncmp(line, "rest ", 5)) {
-            size_t n;
-            if (!have_header || opened || hexbytes(line + 5, h.rest, sizeof h.rest, &n)) {
-                bad(&pos, "malformed rest line");
-                goto out;
-            }
-        } else if (!strncmp(line, "meta ", 5)) {
-            if (!have_header || opened || !(meta = unescape(line + 5, &meta_len))) {
-                bad(&pos, "malformed or misplaced meta line");
-                goto out;
-            }
-            mlz_writer_opts o = { .start_us = h.start_us, .meta = meta, .meta_len = meta_len,
-                                  .flags = h.flags & MLZ_FLAGS_BLOCKS, .replace = force,
-                                  .plain = !(h.flags & MLZ_FLAG_SEALED),
-                                  .buf = buf, .buf_size = sizeof buf, .zbuf = zbuf, .zbuf_size = sizeof zbuf };
-            int e = mlz_writer_open(&w, out, &o);
-            if (e) { cli_error("undump", "%s: %s", out, strerror(-e)); goto out; }
-            mlz_writer_set_header_rest(&w, h.rest);
-            opened = 1;
-        } else if (!strcmp(line, "block")) {
-            if (!opened || !(h.flags & MLZ_FLAGS_BLOCKS)) { bad(&pos, "block line outside a compressed stream"); goto out; }
-            pending_block = 1;
-        } else if (!strncmp(line, "end ", 4)) {
-            uint64_t n;
-            if (!opened || num(line, "events", &n) || n != count) { bad(&pos, "end line does not match the events"); goto out; }
-            ended = 1;
-        } else {
-            mlz_event ev = { 0 };
-            uint64_t x = 0;
-            int ok = opened && !num(line, "dt", &ev.delta_us);
-            if (!strncmp(line, "alloc ", 6)) {
-                ev.type = MLZ_EV_ALLOC;
-                ok = ok && !num(line, "addr", &ev.addr) && !num(line, "size", &ev.size) &&
-                     !num(line, "stack", &ev.stack_id) && !num(line, "thread", &x) && x <= 0xffff;
-                ev.thread = (uint16_t)x;
-            } else if (!strncmp(line, "free ", 5)) {
-                ev.type = MLZ_EV_FREE;
-                ok = ok && !num(line, "addr", &ev.addr);
-            } else if (!strncmp(line, "gc ", 3)) {
-                ev.type = MLZ_EV_GC;
-                ok = ok && !num(line, "objects", &ev.objects) && !num(line, "bytes", &ev.bytes);
-            } else if (!strncmp(line, "marker ", 7)) {
-                ev.type = MLZ_EV_MARKER;
-                ok = ok && !num(line, "name", &ev.name_id);
-            } else if (!strncmp(line, "ext ", 4)) {
-                size_t n = 0;
-                const char *d = field(line, "data");
-                ok = ok && !num(line, "type", &x) && x >= MLZ_EV_EXT_FIRST && x < 128 &&
-                     !num(line, "len", &ev.len) && d && !hexbytes(d, data, sizeof data, &n) && n == ev.len;
-                ev.type = (int)x;
-                ev.data = data;
-            } else {
-                ok = 0;
-            }
-            if (!ok) { bad(&pos, "malformed or misplaced event line"); goto out; }
-            if (pending_block && mlz_writer_end_block(&w)) { bad(&pos, "write error"); goto out; }
-            pending_block = 0;
-            if (mlz_writer_raw_event(&w, &ev)) { cli_error("undump", "%s: write error: %s", out, strerror(-w.err)); goto out; }
-            count++;
-        }
-    }
-    if (!ended) { bad(&pos, "text ends without the end line"); goto out; }
-    int e = mlz_writer_close(&w);
-    opened = 0;
-    if (e) { cli_error("undump", "%s: %s", out, strerror(-e)); goto out; }
-    rc = 0;
-out:
-    if (opened) mlz_writer_abort(&w);
-    free(line);
-    free(meta);
+    if (!in) return cli_error("undump", "%s: %s", u.pos.path, strerror(errno));
+    int rc = undump_text(&u, in);
+    free(u.meta);
     if (in != stdin) fclose(in);
     return rc;
 }
