@@ -3,6 +3,7 @@
  */
 #include "export_json.h"
 #include "report.h"
+#include "sitejson.h"
 
 #include <jansson.h>
 #include <stdlib.h>
@@ -12,12 +13,6 @@ static int cmp_live(const void *a, const void *b)
     double x = (*(const prof_site *const *)a)->live_bytes.value;
     double y = (*(const prof_site *const *)b)->live_bytes.value;
     return x < y ? 1 : x > y ? -1 : 0;
-}
-
-static void put_est(json_t *o, const char *key, const char *ci_key, const est *e)
-{
-    json_object_set_new(o, key, json_real(e->value));
-    json_object_set_new(o, ci_key, json_real(est_ci95(e)));
 }
 
 static json_t *frame_json(const mlz_meta *m, const mlz_frame *f)
@@ -61,8 +56,8 @@ int export_json_write(FILE *f, const prof *p, const char *file, uint64_t start_u
     json_object_set_new(root, "start_us", json_integer((json_int_t)start_us));
     json_object_set_new(root, "at_us", json_integer((json_int_t)at_us));
 
-    put_est(tot, "live_bytes", "live_bytes_ci95", &p->live_bytes);
-    put_est(tot, "live_count", "live_count_ci95", &p->live_count);
+    sitejson_est(tot, "live_bytes", &p->live_bytes);
+    sitejson_est(tot, "live_count", &p->live_count);
     json_object_set_new(tot, "live_samples", json_integer((json_int_t)p->live_samples));
     json_object_set_new(tot, "samples", json_integer((json_int_t)samples));
     json_object_set_new(tot, "peak_bytes", json_real(p->peak_bytes));
@@ -80,32 +75,18 @@ int export_json_write(FILE *f, const prof *p, const char *file, uint64_t start_u
 
     for (size_t i = 0; i < k; i++) {
         const prof_site *s = order[i];
-        json_t *o = json_object(), *fa = json_array();
-        json_object_set_new(o, "stack_id", json_integer((json_int_t)s->stack->id));
-        json_object_set_new(o, "samples", json_integer((json_int_t)s->samples));
-        json_object_set_new(o, "live_samples", json_integer((json_int_t)s->live_samples));
-        put_est(o, "live_bytes", "live_bytes_ci95", &s->live_bytes);
-        put_est(o, "live_count", "live_count_ci95", &s->live_count);
-        put_est(o, "alloc_bytes", "alloc_bytes_ci95", &s->alloc_bytes);
-        put_est(o, "alloc_count", "alloc_count_ci95", &s->alloc_count);
-        json_object_set_new(o, "peak_bytes", json_real(s->peak_bytes));
-        json_object_set_new(o, "peak_us", json_integer((json_int_t)s->peak_us));
+        json_t *o = sitejson_site(s), *fa = json_array();
         for (uint32_t j = 0; j < s->stack->depth; j++)
             json_array_append_new(fa, frame_json(m, &s->stack->frames[j]));
         json_object_set_new(o, "frames", fa);
         json_array_append_new(sites, o);
     }
-    json_object_set_new(root, "sites", sites);
-    if (json_dumpf(root, f, JSON_INDENT(1) | JSON_REAL_PRECISION(17))) {
-        snprintf(err, errlen, "write failed");
-        goto out;
-    }
-    fputc('\n', f);
-    rc = 0;
-    goto out;
+    rc = sitejson_dump(root, sites, f);
+    if (rc) snprintf(err, errlen, "write failed");
+    free(order);
+    return rc;
 oom:
     snprintf(err, errlen, "out of memory");
-out:
     json_decref(root);
     free(order);
     return rc;

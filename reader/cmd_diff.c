@@ -13,6 +13,7 @@
 #include "pairdiff.h"
 #include "diff.h"
 #include "profile.h"
+#include "sitejson.h"
 #include "report.h"
 #include "sampler.h"
 
@@ -221,8 +222,7 @@ static int run(int argc, char **argv)
         json_t *root = json_object(), *arr = json_array();
         json_object_set_new(root, "a", json_string(from.s ? from.s : a));
         json_object_set_new(root, "b", json_string(to.s ? to.s : b));
-        json_object_set_new(root, "growth_bytes", json_real(total.g.value));
-        json_object_set_new(root, "growth_bytes_ci95", json_real(est_ci95(&total.g)));
+        sitejson_est(root, "growth_bytes", &total.g);
         json_object_set_new(root, "growth_bytes_low", json_real(total.lo));
         json_object_set_new(root, "growth_bytes_high", json_real(total.hi));
         json_object_set_new(root, "estimate", json_string(paired ? "paired" : "independent"));
@@ -233,8 +233,7 @@ static int run(int argc, char **argv)
         for (size_t i = 0; i < t.n && i < (size_t)n; i++) {
             dsite *d = &t.v[i];
             json_t *o = json_object(), *fa = json_array();
-            json_object_set_new(o, "growth_bytes", json_real(d->g.value));
-            json_object_set_new(o, "growth_bytes_ci95", json_real(est_ci95(&d->g)));
+            sitejson_est(o, "growth_bytes", &d->g);
             json_object_set_new(o, "growth_bytes_low", json_real(d->lo));
             json_object_set_new(o, "growth_bytes_high", json_real(d->hi));
             json_object_set_new(o, "a_bytes", json_real(d->a));
@@ -244,10 +243,7 @@ static int run(int argc, char **argv)
             json_object_set_new(o, "frames", fa);
             json_array_append_new(arr, o);
         }
-        json_object_set_new(root, "sites", arr);
-        json_dumpf(root, stdout, JSON_INDENT(1) | JSON_REAL_PRECISION(17));
-        putchar('\n');
-        json_decref(root);
+        sitejson_dump(root, arr, stdout);
     } else {
         char cell[96];
         printf("live heap %s -> %s (%+.1f%%); growth %s (%s)\n", cli_bytes(ta, b1, sizeof b1),

@@ -6,6 +6,7 @@
  */
 #include "cli.h"
 #include "profile.h"
+#include "sitejson.h"
 
 #include <getopt.h>
 #include <jansson.h>
@@ -88,21 +89,13 @@ static int report(const mlz_command *cmd, int temp, int argc, char **argv)
         json_object_set_new(root, "bytes_ci95", json_real(1.96 * sqrt(var)));
         for (size_t i = 0; i < k && i < (size_t)n; i++) {
             const prof_site *s = order[i];
-            json_t *o2 = json_object(), *fa = json_array();
-            json_object_set_new(o2, "bytes", json_real(metric(s)->value));
-            json_object_set_new(o2, "bytes_ci95", json_real(1.96 * sqrt(metric(s)->var)));
+            json_t *o2 = json_object();
+            sitejson_est(o2, "bytes", metric(s));
             json_object_set_new(o2, "count", json_real(temp ? s->temp_count.value : s->old_count.value));
-            for (uint32_t j = 0; j < s->stack->depth && j < 4; j++) {
-                prof_frame_name(p.meta, &s->stack->frames[j], fr, sizeof fr);
-                json_array_append_new(fa, json_string(fr));
-            }
-            json_object_set_new(o2, "frames", fa);
+            json_object_set_new(o2, "frames", sitejson_frame_names(p.meta, s->stack, 4));
             json_array_append_new(arr, o2);
         }
-        json_object_set_new(root, "sites", arr);
-        json_dumpf(root, stdout, JSON_INDENT(1) | JSON_REAL_PRECISION(17));
-        putchar('\n');
-        json_decref(root);
+        sitejson_dump(root, arr, stdout);
     } else {
         if (temp)
             printf("%s: %s in ~%.0f allocations freed within %g s of their birth\n", path,

@@ -3,6 +3,7 @@
  */
 #include "cli.h"
 #include "profile.h"
+#include "sitejson.h"
 #include "report.h"
 #include "loss.h"
 
@@ -137,29 +138,12 @@ static int run(int argc, char **argv)
         json_object_set_new(root, "live_count", json_real(p.live_count.value));
         for (size_t i = 0; i < k && i < (size_t)n; i++) {
             prof_site *s = order[i];
-            json_t *o = json_object(), *fa = json_array();
-            json_object_set_new(o, "stack_id", json_integer((json_int_t)s->stack->id));
-            json_object_set_new(o, "live_bytes", json_real(s->live_bytes.value));
-            json_object_set_new(o, "live_bytes_ci95", json_real(est_ci95(&s->live_bytes)));
-            json_object_set_new(o, "live_count", json_real(s->live_count.value));
-            json_object_set_new(o, "live_count_ci95", json_real(est_ci95(&s->live_count)));
-            json_object_set_new(o, "alloc_bytes", json_real(s->alloc_bytes.value));
-            json_object_set_new(o, "alloc_bytes_ci95", json_real(est_ci95(&s->alloc_bytes)));
-            json_object_set_new(o, "alloc_count", json_real(s->alloc_count.value));
-            json_object_set_new(o, "peak_bytes", json_real(s->peak_bytes));
-            json_object_set_new(o, "samples", json_integer((json_int_t)s->samples));
+            json_t *o = sitejson_site(s);
             json_object_set_new(o, "share", json_real(total > 0 ? key_of(s) / total : 0));
-            for (uint32_t j = 0; j < s->stack->depth && j < (uint32_t)frames; j++) {
-                prof_frame_name(p.meta, &s->stack->frames[j], fr, sizeof fr);
-                json_array_append_new(fa, json_string(fr));
-            }
-            json_object_set_new(o, "frames", fa);
+            json_object_set_new(o, "frames", sitejson_frame_names(p.meta, s->stack, (uint32_t)frames));
             json_array_append_new(arr, o);
         }
-        json_object_set_new(root, "sites", arr);
-        json_dumpf(root, stdout, JSON_INDENT(1) | JSON_REAL_PRECISION(17));
-        putchar('\n');
-        json_decref(root);
+        sitejson_dump(root, arr, stdout);
         free(order);
         cli_unload(r, &p);
         return 0;

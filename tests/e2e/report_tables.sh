@@ -45,4 +45,29 @@ check "top --by each: its own column header" bash -c \
     "for o in 'live:live bytes' 'peak:peak bytes' 'allocated:allocated bytes' 'count:allocations'; do '$MEMLYZE' top --by \${o%%:*} '$T/f.mlyze' | sed -n 2p | grep -q \"^rank  \${o#*:} \" || exit 1; done"
 check "top --by count: counts in the first column, bytes in the second" bash -c \
     "'$MEMLYZE' top --by count '$T/f.mlyze' | grep -E '^ +1  3 +42.9% +4.88 KiB +3  grow_site'"
+# One JSON shape for sites (report/sitejson.c): on a sampled trace, top
+# --json and export json give every site the same figures under the same
+# keys; leaks, temporary and diff name their estimates KEY and KEY_ci95.
+"$MEMLYZE" top --json -n 100 "$T/ks.mlyze" > "$T/top.json"
+"$MEMLYZE" export --format json -o "$T/ks.json" "$T/ks.mlyze"
+check "sites JSON: top and export json agree on every figure of every site" python3 -c "
+import json
+top = json.load(open('$T/top.json'))['sites']; exp = dict((s['stack_id'], s) for s in json.load(open('$T/ks.json'))['sites'])
+keys = ('samples', 'live_samples', 'live_bytes', 'live_bytes_ci95', 'live_count', 'live_count_ci95', 'alloc_bytes',
+        'alloc_bytes_ci95', 'alloc_count', 'alloc_count_ci95', 'peak_bytes', 'peak_us')
+assert len(top) >= 3 and any(s['live_bytes_ci95'] > 0 for s in top), top
+for s in top:
+    e = exp[s['stack_id']]
+    assert all(s[k] == e[k] for k in keys), (s, e)
+    assert s['frames'][0] == e['frames'][0]['label'], (s['frames'][0], e['frames'][0])
+"
+check "sites JSON: leaks, temporary and diff name estimates KEY and KEY_ci95" python3 -c "
+import json, subprocess
+def j(*a): return json.loads(subprocess.run(('$MEMLYZE',) + a, check=True, capture_output=True).stdout)
+for cmd in (('leaks', '--age', '0'), ('temporary',)):
+    d = j(*(cmd + ('--json', '$T/ks.mlyze')))
+    assert 'bytes_ci95' in d and all('bytes' in s and 'bytes_ci95' in s and s['frames'] for s in d['sites']), (cmd, d)
+d = j('diff', '--json', '$T/f.mlyze', '$T/ks.mlyze')
+assert 'growth_bytes_ci95' in d and all('growth_bytes_ci95' in s for s in d['sites']), d
+"
 finish
