@@ -69,14 +69,26 @@ static int cmp_site(const void *a, const void *b)
     return x < y ? 1 : x > y ? -1 : 0;
 }
 
-static int run(int argc, char **argv)
+/* What to show, from the command line. */
+typedef struct top_args {
+    long n, frames;
+    int as_json;
+    rep_at at;
+    const char *path;
+} top_args;
+
+/* The ranking: sites with samples and a positive key, largest first, and
+ * the totals the share column divides by. */
+typedef struct top_rank {
+    prof_site **order;
+    size_t k;
+    uint64_t total_samples;
+    double total;
+} top_rank;
+
+static int parse_args(int argc, char **argv, top_args *a)
 {
-    for (int i = 1; i < argc; i++)   /* on a heap dump: cmd_top_retained.c */
-        if (!strcmp(argv[i], "--retained")) return top_retained_run(argc, argv);
-    long n = 10, frames = 4;
-    int c, as_json = 0;
-    rep_at at = { NULL };
-    g_by = &orders[0];
+    int c;
     static const struct option opts[] = {
         { "by", required_argument, 0, 'b' }, { "frames", required_argument, 0, 'f' },
         { "json", no_argument, 0, 'j' }, { "at", required_argument, 0, 'a' }, { 0, 0, 0, 0 } };
@@ -84,18 +96,18 @@ static int run(int argc, char **argv)
         char *end;
         switch (c) {
         case 'n':
-            n = strtol(optarg, &end, 10);
-            if (*end || n <= 0) return cli_usage_error(&cmd_top, "-n needs a positive number");
+            a->n = strtol(optarg, &end, 10);
+            if (*end || a->n <= 0) return cli_usage_error(&cmd_top, "-n needs a positive number");
             break;
         case 'f':
-            frames = strtol(optarg, &end, 10);
-            if (*end || frames <= 0) return cli_usage_error(&cmd_top, "--frames needs a positive number");
+            a->frames = strtol(optarg, &end, 10);
+            if (*end || a->frames <= 0) return cli_usage_error(&cmd_top, "--frames needs a positive number");
             break;
         case 'j':
-            as_json = 1;
+            a->as_json = 1;
             break;
         case 'a':
-            if (rep_parse_at(optarg, &at)) return cli_usage_error(&cmd_top, "%s", "--at takes seconds since the start or an absolute time in microseconds");
+            if (rep_parse_at(optarg, &a->at)) return cli_usage_error(&cmd_top, "%s", "--at takes seconds since the start or an absolute time in microseconds");
             break;
         case 'b':
             g_by = NULL;
@@ -109,87 +121,112 @@ static int run(int argc, char **argv)
         }
     }
     if (argc - optind != 1) return cli_usage_error(&cmd_top, "need exactly one FILE");
-    const char *path = argv[optind];
+    a->path = argv[optind];
+    return 0;
+}
+
+static int rank_sites(const prof *p, top_rank *t)
+{
+    *t = (top_rank){ malloc((p->nsites ? p->nsites : 1) * sizeof *t->order), 0, 0, 0 };
+    if (!t->order) return cli_error("top", "out of memory");
+    for (size_t i = 0; i < p->nsites; i++) {
+        t->total_samples += p->sites[i].samples;
+        t->total += key_of(&p->sites[i]);
+        if (p->sites[i].samples && key_of(&p->sites[i]) > 0) t->order[t->k++] = &p->sites[i];
+    }
+    qsort(t->order, t->k, sizeof *t->order, cmp_site);
+    return 0;
+}
+
+static void print_json(const top_args *a, const prof *p, const top_rank *t)
+{
+    json_t *root = json_object(), *arr = json_array();
+    json_object_set_new(root, "file", json_string(a->path));
+    json_object_set_new(root, "by", json_string(g_by->name));
+    json_object_set_new(root, "rate", json_integer((json_int_t)p->rate));
+    json_object_set_new(root, "samples", json_integer((json_int_t)t->total_samples));
+    json_object_set_new(root, "live_samples", json_integer((json_int_t)p->live_samples));
+    sitejson_est(root, "live_bytes", &p->live_bytes);
+    json_object_set_new(root, "live_count", json_real(p->live_count.value));
+    for (size_t i = 0; i < t->k && i < (size_t)a->n; i++) {
+        prof_site *s = t->order[i];
+        json_t *o = sitejson_site(s);
+        json_object_set_new(o, "share", json_real(t->total > 0 ? key_of(s) / t->total : 0));
+        json_object_set_new(o, "frames", sitejson_frame_names(p->meta, s->stack, (uint32_t)a->frames));
+        json_array_append_new(arr, o);
+    }
+    sitejson_dump(root, arr, stdout);
+}
+
+/* The header: totals, the sampling rate, and warnings about the data. */
+static void print_header(const top_args *a, const prof *p, const top_rank *t)
+{
+    char b1[32], b2[32], b3[32];
+    const char *rate = p->rate <= 1 ? "exact (every allocation)" : cli_bytes((double)p->rate, b1, sizeof b1);
+    printf("%s: live %s", a->path, cli_bytes(p->live_bytes.value, b2, sizeof b2));
+    if (p->rate > 1) printf(" \xc2\xb1 %s", cli_bytes(est_ci95(&p->live_bytes), b3, sizeof b3));
+    printf(" in ~%.0f objects; sampling %s; %llu samples, %llu live\n", p->live_count.value, rate,
+           (unsigned long long)t->total_samples, (unsigned long long)p->live_samples);
+    char loss[256];
+    if (mlz_loss_describe(json_object_get(p->meta->root, "counters"), loss, sizeof loss))
+        printf("warning: %s\n", loss);
+    if (p->rate > 1 && p->live_samples < 100 && g_by == &orders[0])
+        printf("warning: only %llu live samples; estimates are rough (use a lower --rate or a longer run)\n",
+               (unsigned long long)p->live_samples);
+}
+
+/* One ranked site: its value (with interval when sampled), share, second
+ * column, samples and leaf frame, then its callers indented. */
+static void print_site(const top_args *a, const prof *p, const top_rank *t, size_t rank, const prof_site *s)
+{
+    const est *e1 = g_by->estimate ? g_by->estimate(s) : NULL;
+    char val[64], ci[32] = "", b[24], cell[96], other[32], fr[512];
+    if (g_by->unit == TOP_COUNT) snprintf(val, sizeof val, "%.0f", key_of(s));
+    else cli_bytes(key_of(s), val, sizeof val);
+    if (p->rate > 1 && e1) {
+        if (g_by->unit == TOP_COUNT) snprintf(ci, sizeof ci, " \xc2\xb1 %.0f", est_ci95(e1));
+        else snprintf(ci, sizeof ci, " \xc2\xb1 %s", cli_bytes(est_ci95(e1), b, sizeof b));
+    }
+    snprintf(cell, sizeof cell, "%s%s", val, ci);
+    if (g_by->unit == TOP_COUNT) cli_bytes(g_by->other_value(s), other, sizeof other);
+    else snprintf(other, sizeof other, "%.0f", g_by->other_value(s));
+    const mlz_stack *st = s->stack;
+    if (st->depth) prof_frame_name(p->meta, &st->frames[0], fr, sizeof fr);
+    else snprintf(fr, sizeof fr, "(no frames)");
+    /* The +1 accounts for the 2-byte UTF-8 plus-minus sign in cell. */
+    printf("%4zu  %-*s %5.1f%%  %9s  %7llu  %s\n", rank, 28 + (ci[0] ? 1 : 0), cell,
+           t->total > 0 ? 100.0 * key_of(s) / t->total : 0.0, other, (unsigned long long)s->samples, fr);
+    for (uint32_t j = 1; j < st->depth && j < (uint32_t)a->frames; j++) {
+        prof_frame_name(p->meta, &st->frames[j], fr, sizeof fr);
+        printf("%4s  %-28s %6s  %9s  %7s    <- %s\n", "", "", "", "", "", fr);
+    }
+}
+
+static int run(int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++)   /* on a heap dump: cmd_top_retained.c */
+        if (!strcmp(argv[i], "--retained")) return top_retained_run(argc, argv);
+    top_args a = { .n = 10, .frames = 4 };
+    g_by = &orders[0];
+    int rc = parse_args(argc, argv, &a);
+    if (rc) return rc;
     mlz_reader *r;
     prof p;
-    if (cli_load("top", path, &at, &r, &p)) return 1;
-
-    prof_site **order = malloc((p.nsites ? p.nsites : 1) * sizeof *order);
-    size_t k = 0;
-    uint64_t total_samples = 0;
-    double total = 0;
-    for (size_t i = 0; i < p.nsites; i++) {
-        total_samples += p.sites[i].samples;
-        total += key_of(&p.sites[i]);
-        if (p.sites[i].samples && key_of(&p.sites[i]) > 0) order[k++] = &p.sites[i];
-    }
-    qsort(order, k, sizeof *order, cmp_site);
-
-    char fr[512];
-    if (as_json) {
-        json_t *root = json_object(), *arr = json_array();
-        json_object_set_new(root, "file", json_string(path));
-        json_object_set_new(root, "by", json_string(g_by->name));
-        json_object_set_new(root, "rate", json_integer((json_int_t)p.rate));
-        json_object_set_new(root, "samples", json_integer((json_int_t)total_samples));
-        json_object_set_new(root, "live_samples", json_integer((json_int_t)p.live_samples));
-        json_object_set_new(root, "live_bytes", json_real(p.live_bytes.value));
-        json_object_set_new(root, "live_bytes_ci95", json_real(est_ci95(&p.live_bytes)));
-        json_object_set_new(root, "live_count", json_real(p.live_count.value));
-        for (size_t i = 0; i < k && i < (size_t)n; i++) {
-            prof_site *s = order[i];
-            json_t *o = sitejson_site(s);
-            json_object_set_new(o, "share", json_real(total > 0 ? key_of(s) / total : 0));
-            json_object_set_new(o, "frames", sitejson_frame_names(p.meta, s->stack, (uint32_t)frames));
-            json_array_append_new(arr, o);
-        }
-        sitejson_dump(root, arr, stdout);
-        free(order);
+    top_rank t;
+    if (cli_load("top", a.path, &a.at, &r, &p)) return 1;
+    if (rank_sites(&p, &t)) {
         cli_unload(r, &p);
-        return 0;
+        return 1;
     }
-
-    char b1[32], b2[32];
-    const char *rate = p.rate <= 1 ? "exact (every allocation)" : cli_bytes((double)p.rate, b1, sizeof b1);
-    printf("%s: live %s", path, cli_bytes(p.live_bytes.value, b2, sizeof b2));
-    if (p.rate > 1) printf(" \xc2\xb1 %s", cli_bytes(est_ci95(&p.live_bytes), fr, sizeof fr));
-    printf(" in ~%.0f objects; sampling %s; %llu samples, %llu live\n", p.live_count.value, rate,
-           (unsigned long long)total_samples, (unsigned long long)p.live_samples);
-    char loss[256];
-    if (mlz_loss_describe(json_object_get(p.meta->root, "counters"), loss, sizeof loss))
-        printf("warning: %s\n", loss);
-    if (p.rate > 1 && p.live_samples < 100 && g_by == &orders[0])
-        printf("warning: only %llu live samples; estimates are rough (use a lower --rate or a longer run)\n",
-               (unsigned long long)p.live_samples);
-    printf("%4s  %-28s %6s  %9s  %7s  %s\n", "rank", g_by->what, "share", g_by->other, "samples", "site");
-    for (size_t i = 0; i < k && i < (size_t)n; i++) {
-        prof_site *s = order[i];
-        const est *e1 = g_by->estimate ? g_by->estimate(s) : NULL;
-        char val[64], ci[32] = "", b[24];
-        if (g_by->unit == TOP_COUNT) snprintf(val, sizeof val, "%.0f", key_of(s));
-        else cli_bytes(key_of(s), val, sizeof val);
-        if (p.rate > 1 && e1) {
-            if (g_by->unit == TOP_COUNT) snprintf(ci, sizeof ci, " \xc2\xb1 %.0f", est_ci95(e1));
-            else snprintf(ci, sizeof ci, " \xc2\xb1 %s", cli_bytes(est_ci95(e1), b, sizeof b));
-        }
-        char cell[96];
-        snprintf(cell, sizeof cell, "%s%s", val, ci);
-        char other[32];
-        if (g_by->unit == TOP_COUNT) cli_bytes(g_by->other_value(s), other, sizeof other);
-        else snprintf(other, sizeof other, "%.0f", g_by->other_value(s));
-        const mlz_stack *st = s->stack;
-        if (st->depth) prof_frame_name(p.meta, &st->frames[0], fr, sizeof fr);
-        else snprintf(fr, sizeof fr, "(no frames)");
-        /* The +1 accounts for the 2-byte UTF-8 plus-minus sign in cell. */
-        printf("%4zu  %-*s %5.1f%%  %9s  %7llu  %s\n", i + 1, 28 + (ci[0] ? 1 : 0), cell,
-               total > 0 ? 100.0 * key_of(s) / total : 0.0, other, (unsigned long long)s->samples, fr);
-        for (uint32_t j = 1; j < st->depth && j < (uint32_t)frames; j++) {
-            prof_frame_name(p.meta, &st->frames[j], fr, sizeof fr);
-            printf("%4s  %-28s %6s  %9s  %7s    <- %s\n", "", "", "", "", "", fr);
-        }
+    if (a.as_json) {
+        print_json(&a, &p, &t);
+    } else {
+        print_header(&a, &p, &t);
+        printf("%4s  %-28s %6s  %9s  %7s  %s\n", "rank", g_by->what, "share", g_by->other, "samples", "site");
+        for (size_t i = 0; i < t.k && i < (size_t)a.n; i++) print_site(&a, &p, &t, i + 1, t.order[i]);
+        if (t.k == 0) printf("(no allocation sites)\n");
     }
-    if (k == 0) printf("(no allocation sites)\n");
-    free(order);
+    free(t.order);
     cli_unload(r, &p);
     return 0;
 }
