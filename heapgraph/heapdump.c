@@ -293,196 +293,259 @@ static json_t *root_json(const char *kind, pid_t tid, uint64_t addr, uint64_t si
     return r;
 }
 
-int hd_dump(pid_t pid, const char *arc_path, const char *mlyze_path, int flags, hd_stats *st, char *err, size_t errlen)
-{
-    int rc = -1, stopped = 0, wrote_mlyze = 0;
-    mlz_proc_module *mods = NULL;
-    size_t nmods = 0, np = 0, cp = 0, nmaps = 0, nheap = 0;
-    pm_piece *pieces = NULL;
-    range *maps = NULL;
-    item *roots = NULL, *heap = NULL;
-    uint8_t *rootbuf = NULL, *heapbuf = NULL, *scratch = NULL, *bitmap = NULL;
-    uint32_t *order = NULL;
-    json_t *extra = NULL, *jroots = NULL;
-    FILE *f = NULL;
-    struct user_regs_struct *regs = NULL;
+/* One dump in progress: what hd_dump's steps hand each other. */
+typedef struct dump {
+    pid_t pid;
+    hd_stats *st;
+    char *err;
+    size_t errlen;
+    mlz_proc_module *mods;
+    size_t nmods;
+    pm_piece *pieces;                 /* writable data of the modules */
+    size_t np, cp;
+    range *maps;
+    size_t nmaps;
     mlz_tgroup g;
-    memset(&g, 0, sizeof g);
-    g.pid = pid;
-    memset(st, 0, sizeof *st);
-    char tmp[PATH_MAX + 16];
-    snprintf(tmp, sizeof tmp, "%s.tmp", arc_path);
+    int stopped;                      /* every thread is held */
+    item *roots;                      /* root pieces, in the order of jroots */
+    size_t nroots;
+    struct user_regs_struct *regs;    /* per thread, a root piece each */
+    json_t *jroots;                   /* the .mlyze's "heapdump.roots" */
+    uint8_t *rootbuf;
+    uint64_t id;                      /* links the .arc and the .mlyze */
+    item *heap;                       /* the live objects, from the snapshot */
+    size_t nheap;
+    uint8_t *heapbuf;
+    uint32_t *order;                  /* heap indices by address */
+    uint64_t heap_bytes;
+} dump;
 
-    if (kill(pid, 0) && errno == ESRCH) return errbuf_set(err, errlen, "no process %d", (int)pid);
-    if (!access(arc_path, F_OK)) return errbuf_set(err, errlen, "%s exists (a dump never replaces a file)", arc_path);
-    if (mlz_proc_modules(pid, &mods, &nmods)) return errbuf_set(err, errlen, "cannot read /proc/%d/maps: %s", (int)pid, strerror(errno));
-    if (check_exact(pid, mods, nmods, err, errlen)) goto out;
+/* Global roots: the writable segments of every module but ours. */
+static int find_global_pieces(dump *d)
+{
+    for (size_t i = 0; i < d->nmods; i++)
+        if (d->mods[i].path[0] == '/' && !mlz_proc_is_payload(d->mods[i].path) &&
+            pm_data_pieces(d->pid, &d->mods[i], &d->pieces, &d->np, &d->cp))
+            return errbuf_set(d->err, d->errlen, "cannot read module %s of process %d", d->mods[i].path, (int)d->pid);
+    return 0;
+}
 
-    /* Global roots: writable segments of every module but ours. */
-    for (size_t i = 0; i < nmods; i++)
-        if (mods[i].path[0] == '/' && !mlz_proc_is_payload(mods[i].path) && pm_data_pieces(pid, &mods[i], &pieces, &np, &cp)) {
-            errbuf_set(err, errlen, "cannot read module %s of process %d", mods[i].path, (int)pid);
-            goto out;
-        }
-
-    /* Stop every thread: from here to the last copied byte. */
-    if (mlz__threads_stop_all(&g, 2000)) {
-        errbuf_set(err, errlen, "cannot stop process %d: %s", (int)pid, mlz__errmsg());
-        goto out;
+static void add_global_roots(dump *d)
+{
+    for (size_t i = 0; i < d->np; i++) {
+        const pm_piece *pc = &d->pieces[i];
+        d->roots[d->nroots++] = (item){ pc->addr, pc->size, 0, NULL };
+        json_t *r = root_json("global", 0, pc->addr, pc->size);
+        if (pc->name) json_object_set_new(r, "name", json_string(pc->name));
+        if (pc->file) json_object_set_new(r, "file", json_string(pc->file));
+        for (size_t m = 0; m < d->nmods; m++)
+            if (pc->addr >= d->mods[m].start && pc->addr < d->mods[m].end)
+                json_object_set_new(r, "module", json_string(d->mods[m].path));
+        json_array_append_new(d->jroots, r);
     }
-    stopped = 1;
-    if (read_maps(pid, &maps, &nmaps)) { errbuf_set(err, errlen, "cannot read /proc/%d/maps", (int)pid); goto out; }
+}
 
-    /* Root pieces: globals, then per thread its stack, registers and TLS. */
-    size_t rcap = np + 3 * (size_t)g.n + 1, nroots = 0;
-    roots = calloc(rcap, sizeof *roots);
-    regs = calloc((size_t)g.n + 1, sizeof *regs);
-    jroots = json_array();
-    if (!roots || !regs || !jroots) { errbuf_set(err, errlen, "out of memory"); goto out; }
-    for (size_t i = 0; i < np; i++) {
-        roots[nroots++] = (item){ pieces[i].addr, pieces[i].size, 0, NULL };
-        json_t *r = root_json("global", 0, pieces[i].addr, pieces[i].size);
-        if (pieces[i].name) json_object_set_new(r, "name", json_string(pieces[i].name));
-        if (pieces[i].file) json_object_set_new(r, "file", json_string(pieces[i].file));
-        for (size_t m = 0; m < nmods; m++)
-            if (pieces[i].addr >= mods[m].start && pieces[i].addr < mods[m].end)
-                json_object_set_new(r, "module", json_string(mods[m].path));
-        json_array_append_new(jroots, r);
-    }
-    for (int t = 0; t < g.n; t++) {
-        if (g.t[t].state == MLZ_T_GONE) continue;
-        pid_t tid = g.t[t].tid;
-        regs[t] = g.t[t].regs;
-        uint64_t sp = (regs[t].rsp - RED_ZONE) & ~7ull;
-        const range *sm = map_of(maps, nmaps, regs[t].rsp);
-        st->threads++;
+/* Per stopped thread: its stack from below the red zone to the top of its
+ * mapping, its registers, and the static TLS below its thread pointer. */
+static void add_thread_roots(dump *d)
+{
+    for (int t = 0; t < d->g.n; t++) {
+        if (d->g.t[t].state == MLZ_T_GONE) continue;
+        pid_t tid = d->g.t[t].tid;
+        struct user_regs_struct *regs = &d->regs[t];
+        *regs = d->g.t[t].regs;
+        uint64_t sp = (regs->rsp - RED_ZONE) & ~7ull;
+        const range *sm = map_of(d->maps, d->nmaps, regs->rsp);
+        d->st->threads++;
         if (sm) {
             if (sp < sm->start) sp = sm->start;
-            roots[nroots++] = (item){ sp, sm->end - sp, 0, NULL };
-            json_array_append_new(jroots, root_json("stack", tid, sp, sm->end - sp));
+            d->roots[d->nroots++] = (item){ sp, sm->end - sp, 0, NULL };
+            json_array_append_new(d->jroots, root_json("stack", tid, sp, sm->end - sp));
         }
-        roots[nroots++] = (item){ 0, sizeof regs[t], 0, (uint8_t *)&regs[t] };
-        json_array_append_new(jroots, root_json("registers", tid, 0, sizeof regs[t]));
-        uint64_t fs = regs[t].fs_base & ~7ull;
-        const range *tm = map_of(maps, nmaps, fs);
+        d->roots[d->nroots++] = (item){ 0, sizeof *regs, 0, (uint8_t *)regs };
+        json_array_append_new(d->jroots, root_json("registers", tid, 0, sizeof *regs));
+        uint64_t fs = regs->fs_base & ~7ull;
+        const range *tm = map_of(d->maps, d->nmaps, fs);
         if (tm && tm != sm) {
             uint64_t a = fs - tm->start > TLS_SPAN ? fs - TLS_SPAN : tm->start;
             uint64_t z = tm->end - fs > 4096 ? fs + 4096 : tm->end;
-            roots[nroots++] = (item){ a, z - a, 0, NULL };
-            json_array_append_new(jroots, root_json("tls", tid, a, z - a));
+            d->roots[d->nroots++] = (item){ a, z - a, 0, NULL };
+            json_array_append_new(d->jroots, root_json("tls", tid, a, z - a));
         }
     }
-    st->roots = nroots;
+}
 
-    /* The live objects: the snapshot, with the link to this dump. */
-    uint64_t id = 0;
-    if (getrandom(&id, sizeof id, 0) != sizeof id) id = mlz__now_us() ^ ((uint64_t)pid << 40);
-    st->id = id;
+/* The root pieces and their bytes (registers are already in memory), read
+ * with every thread stopped. */
+static int read_roots(dump *d)
+{
+    size_t rcap = d->np + 3 * (size_t)d->g.n + 1;
+    d->roots = calloc(rcap, sizeof *d->roots);
+    d->regs = calloc((size_t)d->g.n + 1, sizeof *d->regs);
+    d->jroots = json_array();
+    if (!d->roots || !d->regs || !d->jroots) return errbuf_set(d->err, d->errlen, "out of memory");
+    add_global_roots(d);
+    add_thread_roots(d);
+    d->st->roots = d->nroots;
+    uint64_t rtotal = 0;
+    for (size_t i = 0; i < d->nroots; i++) rtotal += d->roots[i].data ? 0 : d->roots[i].size;
+    d->rootbuf = malloc(rtotal ? rtotal : 1);
+    if (!d->rootbuf) return errbuf_set(d->err, d->errlen, "out of memory");
+    uint8_t *p = d->rootbuf;
+    for (size_t i = 0; i < d->nroots; i++) {
+        item *r = &d->roots[i];
+        if (r->data) continue;
+        r->data = p;
+        p += r->size;
+        if (mlz_proc_read(d->pid, r->addr, r->data, r->size)) memset(r->data, 0, r->size);
+    }
+    return 0;
+}
+
+/* The live objects: the snapshot writes the .mlyze (with the link to this
+ * dump) and, in its `seen` step, copies the objects' bytes and lets the
+ * threads go before it symbolizes. */
+static int snapshot_heap(dump *d, const char *arc_path, const char *mlyze_path, int flags)
+{
+    if (getrandom(&d->id, sizeof d->id, 0) != sizeof d->id) d->id = mlz__now_us() ^ ((uint64_t)d->pid << 40);
+    d->st->id = d->id;
     char idhex[17];
-    snprintf(idhex, sizeof idhex, "%016llx", (unsigned long long)id);
+    snprintf(idhex, sizeof idhex, "%016llx", (unsigned long long)d->id);
     const char *base = strrchr(arc_path, '/');
-    extra = json_object();
-    json_t *hd = json_object();
+    json_t *extra = json_object(), *hd = json_object();
     json_object_set_new(hd, "id", json_string(idhex));
     json_object_set_new(hd, "arc", json_string(base ? base + 1 : arc_path));
-    json_object_set(hd, "roots", jroots);
+    json_object_set(hd, "roots", d->jroots);
     json_object_set_new(extra, "heapdump", hd);
-    /* The root pieces' bytes, then the snapshot, whose `seen` step copies
-     * the objects and lets the threads go before it symbolizes. */
-    uint64_t rtotal = 0;
-    for (size_t i = 0; i < nroots; i++) rtotal += roots[i].data ? 0 : roots[i].size;
-    rootbuf = malloc(rtotal ? rtotal : 1);
-    if (!rootbuf) { errbuf_set(err, errlen, "out of memory"); goto out; }
-    uint8_t *p = rootbuf;
-    for (size_t i = 0; i < nroots; i++)
-        if (!roots[i].data) {   /* registers are already here */
-            roots[i].data = p;
-            p += roots[i].size;
-            if (mlz_proc_read(pid, roots[i].addr, roots[i].data, roots[i].size)) memset(roots[i].data, 0, roots[i].size);
-        }
     if (flags & HD_SHORT_PAUSE) {   /* the heap is read while the program runs */
-        mlz__threads_detach_all(&g, 0);
-        stopped = 0;
+        mlz__threads_detach_all(&d->g, 0);
+        d->stopped = 0;
     }
-    copy_job job = { pid, &g, NULL, 0, NULL, NULL, 0, 0, stopped };
+    copy_job job = { d->pid, &d->g, NULL, 0, NULL, NULL, 0, 0, d->stopped };
     snapshot_stats ss;
-    int src = mlz_snapshot_meta(pid, mlyze_path, 0, extra, copy_objects, &job, &ss, err, errlen);
-    heap = job.heap;
-    nheap = job.n;
-    heapbuf = job.buf;
-    order = job.order;
-    stopped = job.held;
-    if (src) goto out;
-    wrote_mlyze = 1;
-    st->skipped = ss.skipped;
-    st->unreadable = job.unreadable;
-    st->pause_us = g.paused_us;
-    st->objects = nheap;
-    st->bytes = job.bytes;
+    int rc = mlz_snapshot_meta(d->pid, mlyze_path, 0, extra, copy_objects, &job, &ss, d->err, d->errlen);
+    json_decref(extra);
+    d->heap = job.heap;
+    d->nheap = job.n;
+    d->heapbuf = job.buf;
+    d->order = job.order;
+    d->stopped = job.held;
+    if (rc) return rc;
+    d->st->skipped = ss.skipped;
+    d->st->unreadable = job.unreadable;
+    d->st->pause_us = d->g.paused_us;
+    d->st->objects = d->nheap;
+    d->st->bytes = job.bytes;
+    return 0;
+}
 
-    /* Ids: the root object, the root pieces, the heap objects. */
-    arc_ids ids;
-    memset(&ids, 0, sizeof ids);
-    uint64_t root_size = 8 + 8 * (uint64_t)nroots, root_id = arc_new_id(&ids, root_size);
-    uint64_t maxsz = root_size;
-    for (size_t i = 0; i < nroots; i++) {
-        roots[i].id = arc_new_id(&ids, roots[i].size);
-        if (roots[i].size > maxsz) maxsz = roots[i].size;
-    }
-    for (size_t i = 0; i < nheap; i++) {
-        heap[i].id = arc_new_id(&ids, heap[i].size);
-        if (!heap[i].id) { errbuf_set(err, errlen, "too many objects of one size class for .arc"); goto out; }
-        if (heap[i].size > maxsz) maxsz = heap[i].size;
-    }
-    scratch = malloc(maxsz);
-    bitmap = malloc(ARC_BITMAP_BYTES(maxsz) + 1);
-    if (!scratch || !bitmap) { errbuf_set(err, errlen, "out of memory"); goto out; }
-    addr_index x = { heap, order, nheap, nheap ? heap[order[0]].addr : 1, 0 };
-    for (size_t i = 0; i < nheap; i++)
-        if (heap[i].addr + heap[i].size > x.hi) x.hi = heap[i].addr + heap[i].size;
-
-    /* The stream, under a temporary name until complete. */
-    f = fopen(tmp, "wbx");
-    if (!f) { errbuf_set(err, errlen, "%s: %s", tmp, strerror(errno)); goto out; }
-    setvbuf(f, NULL, _IOFBF, 1 << 22);
-    int we = arc_put_forward(f, root_id, root_size);
-    for (size_t i = 0; !we && i < nroots; i++) we = arc_put_forward(f, roots[i].id, roots[i].size);
-    for (size_t i = 0; !we && i < nheap; i++) we = arc_put_forward(f, heap[i].id, heap[i].size);
-    /* The root object: the dump id, then a pointer to each root piece. */
+/* The root object: the dump id, then a pointer to each root piece. */
+static int put_root_object(FILE *f, const dump *d, uint64_t root_id, uint64_t root_size)
+{
     uint8_t *rd = calloc(1, root_size), *rb = calloc(1, ARC_BITMAP_BYTES(root_size) + 1);
-    if (!rd || !rb) { free(rd); free(rb); errbuf_set(err, errlen, "out of memory"); goto out; }
-    memcpy(rd, &id, 8);
-    for (size_t i = 0; i < nroots; i++) {
-        memcpy(rd + 8 * (i + 1), &roots[i].id, 8);
-        rb[(i + 1) / 8] |= (uint8_t)(1u << ((i + 1) % 8));
+    int we = -1;
+    if (rd && rb) {
+        memcpy(rd, &d->id, 8);
+        for (size_t i = 0; i < d->nroots; i++) {
+            memcpy(rd + 8 * (i + 1), &d->roots[i].id, 8);
+            rb[(i + 1) / 8] |= (uint8_t)(1u << ((i + 1) % 8));
+        }
+        we = arc_put_object(f, root_id, root_size, rb, rd);
     }
-    if (!we) we = arc_put_object(f, root_id, root_size, rb, rd);
     free(rd);
     free(rb);
-    for (size_t i = 0; !we && i < nroots; i++) we = put_item(f, &roots[i], &x, scratch, bitmap);
-    for (size_t i = 0; !we && i < nheap; i++) we = put_item(f, &heap[i], &x, scratch, bitmap);
+    return we;
+}
+
+/* The .arc stream (header comment above), under a temporary name until it
+ * is complete. */
+static int write_arc(dump *d, const char *arc_path)
+{
+    arc_ids ids;
+    memset(&ids, 0, sizeof ids);
+    uint64_t root_size = 8 + 8 * (uint64_t)d->nroots, root_id = arc_new_id(&ids, root_size), maxsz = root_size;
+    for (size_t i = 0; i < d->nroots; i++) {
+        d->roots[i].id = arc_new_id(&ids, d->roots[i].size);
+        if (d->roots[i].size > maxsz) maxsz = d->roots[i].size;
+    }
+    for (size_t i = 0; i < d->nheap; i++) {
+        d->heap[i].id = arc_new_id(&ids, d->heap[i].size);
+        if (!d->heap[i].id) return errbuf_set(d->err, d->errlen, "too many objects of one size class for .arc");
+        if (d->heap[i].size > maxsz) maxsz = d->heap[i].size;
+    }
+    addr_index x = { d->heap, d->order, d->nheap, d->nheap ? d->heap[d->order[0]].addr : 1, 0 };
+    for (size_t i = 0; i < d->nheap; i++)
+        if (d->heap[i].addr + d->heap[i].size > x.hi) x.hi = d->heap[i].addr + d->heap[i].size;
+
+    char tmp[PATH_MAX + 16];
+    snprintf(tmp, sizeof tmp, "%s.tmp", arc_path);
+    uint8_t *scratch = malloc(maxsz), *bitmap = malloc(ARC_BITMAP_BYTES(maxsz) + 1);
+    FILE *f = scratch && bitmap ? fopen(tmp, "wbx") : NULL;
+    if (!f) {
+        int e = errno;
+        free(scratch);
+        free(bitmap);
+        if (!scratch || !bitmap) return errbuf_set(d->err, d->errlen, "out of memory");
+        return errbuf_set(d->err, d->errlen, "%s: %s", tmp, strerror(e));
+    }
+    setvbuf(f, NULL, _IOFBF, 1 << 22);
+    int we = arc_put_forward(f, root_id, root_size);
+    for (size_t i = 0; !we && i < d->nroots; i++) we = arc_put_forward(f, d->roots[i].id, d->roots[i].size);
+    for (size_t i = 0; !we && i < d->nheap; i++) we = arc_put_forward(f, d->heap[i].id, d->heap[i].size);
+    if (!we) we = put_root_object(f, d, root_id, root_size);
+    for (size_t i = 0; !we && i < d->nroots; i++) we = put_item(f, &d->roots[i], &x, scratch, bitmap);
+    for (size_t i = 0; !we && i < d->nheap; i++) we = put_item(f, &d->heap[i], &x, scratch, bitmap);
     if (!we) we = fflush(f) ? -1 : 0;
-    if (fclose(f) || we) { f = NULL; errbuf_set(err, errlen, "%s: %s", tmp, strerror(errno)); unlink(tmp); goto out; }
-    f = NULL;
-    if (rename(tmp, arc_path)) { errbuf_set(err, errlen, "%s: %s", arc_path, strerror(errno)); unlink(tmp); goto out; }
-    rc = 0;
-out:
-    if (stopped) mlz__threads_detach_all(&g, 0);
-    mlz__threads_free(&g);
-    if (f) { fclose(f); unlink(tmp); }
-    if (rc && wrote_mlyze) unlink(mlyze_path);
-    free(mods);
-    pm_free_pieces(pieces, np);
-    free(maps);
-    free(roots);
-    free(heap);
-    free(regs);
-    free(rootbuf);
-    free(heapbuf);
+    int e = errno;
     free(scratch);
     free(bitmap);
-    free(order);
-    json_decref(jroots);
-    json_decref(extra);
-    return rc;
+    if (fclose(f) || we) {
+        unlink(tmp);
+        return errbuf_set(d->err, d->errlen, "%s: %s", tmp, strerror(we ? e : errno));
+    }
+    if (rename(tmp, arc_path)) {
+        e = errno;
+        unlink(tmp);
+        return errbuf_set(d->err, d->errlen, "%s: %s", arc_path, strerror(e));
+    }
+    return 0;
+}
+
+static void dump_free(dump *d)
+{
+    if (d->stopped) mlz__threads_detach_all(&d->g, 0);
+    mlz__threads_free(&d->g);
+    free(d->mods);
+    pm_free_pieces(d->pieces, d->np);
+    free(d->maps);
+    free(d->roots);
+    free(d->heap);
+    free(d->regs);
+    free(d->rootbuf);
+    free(d->heapbuf);
+    free(d->order);
+    json_decref(d->jroots);
+}
+
+int hd_dump(pid_t pid, const char *arc_path, const char *mlyze_path, int flags, hd_stats *st, char *err, size_t errlen)
+{
+    dump d = { .pid = pid, .st = st, .err = err, .errlen = errlen };
+    d.g.pid = pid;
+    memset(st, 0, sizeof *st);
+    if (kill(pid, 0) && errno == ESRCH) return errbuf_set(err, errlen, "no process %d", (int)pid);
+    if (!access(arc_path, F_OK)) return errbuf_set(err, errlen, "%s exists (a dump never replaces a file)", arc_path);
+    if (mlz_proc_modules(pid, &d.mods, &d.nmods)) return errbuf_set(err, errlen, "cannot read /proc/%d/maps: %s", (int)pid, strerror(errno));
+    int rc = check_exact(pid, d.mods, d.nmods, err, errlen) || find_global_pieces(&d) ? -1 : 0;
+    /* Every thread stopped: from here to the last copied byte. */
+    if (!rc && mlz__threads_stop_all(&d.g, 2000))
+        rc = errbuf_set(err, errlen, "cannot stop process %d: %s", (int)pid, mlz__errmsg());
+    d.stopped = !rc;
+    if (!rc && read_maps(pid, &d.maps, &d.nmaps)) rc = errbuf_set(err, errlen, "cannot read /proc/%d/maps", (int)pid);
+    if (!rc) rc = read_roots(&d);
+    if (!rc) rc = snapshot_heap(&d, arc_path, mlyze_path, flags);
+    int wrote_mlyze = !rc;
+    if (!rc) rc = write_arc(&d, arc_path);
+    if (rc && wrote_mlyze) unlink(mlyze_path);
+    dump_free(&d);
+    return rc ? -1 : 0;
 }
