@@ -212,6 +212,7 @@ bench: all
 	nice -n 5 bench/bench_heapdump.sh
 	bench/bench_attach.sh
 	bench/compare.sh
+	bench/compare_redis.sh
 	bench/bench_trace_size.sh
 	bench/bench_inline.sh
 
