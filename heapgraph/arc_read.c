@@ -81,142 +81,187 @@ long arc_find(const arc_file *a, uint64_t value)
     return value - o->id < o->size ? (long)a->by_id[lo - 1] : -1;
 }
 
-int arc_parse(arc_file *a, uint8_t *buf, size_t len, arc_error *e)
-{
-    memset(a, 0, sizeof *a);
-    memset(e, 0, sizeof *e);
-    a->buf = buf;
-    a->len = len;
-    int bad = 0, cut = 0;
-    size_t nd = 0, cd = 1024, cap = 1024;
-    decl *d = malloc(cd * sizeof *d);
-    a->objs = malloc(cap * sizeof *a->objs);
-    if (!d || !a->objs) goto oom;
+/* The parse in progress: declarations in stream order (pass 1), and the
+ * lowest-offset violation so far. */
+typedef struct parse {
+    arc_file *a;
+    arc_error *e;
+    int bad;
+    decl *d;
+    size_t nd, cd, cap;
+} parse;
 
-    /* Pass 1: the headers, one element after the other. */
-    size_t pos = 0;
+static int push_decl(parse *x, decl v)
+{
+    if (x->nd == x->cd) {
+        decl *nv = realloc(x->d, 2 * x->cd * sizeof *nv);
+        if (!nv) return -1;
+        x->d = nv;
+        x->cd *= 2;
+    }
+    x->d[x->nd++] = v;
+    return 0;
+}
+
+static int push_obj(parse *x, arc_obj o)
+{
+    arc_file *a = x->a;
+    if (a->nobjs == x->cap) {
+        arc_obj *nv = realloc(a->objs, 2 * x->cap * sizeof *nv);
+        if (!nv) return -1;
+        a->objs = nv;
+        x->cap *= 2;
+    }
+    a->objs[a->nobjs++] = o;
+    return 0;
+}
+
+/* Pass 1: the headers, one element after the other. 1 if the stream is
+ * cut short (nothing after a cut can be checked), -1 out of memory. */
+static int read_headers(parse *x)
+{
+    const uint8_t *buf = x->a->buf;
+    size_t len = x->a->len, pos = 0;
+    arc_error *e = x->e;
     while (pos < len) {
-        if (len - pos < 8) { fail(e, &bad, pos, "truncated", "%zu bytes left, a header needs 8", len - pos); cut = 1; break; }
+        if (len - pos < 8) { fail(e, &x->bad, pos, "truncated", "%zu bytes left, a header needs 8", len - pos); return 1; }
         uint64_t p = rd64(buf + pos);
         uint64_t low = p & ((1ull << 48) - 1);
         unsigned c = (unsigned)(p >> 37) & 31;
         uint64_t id = low & -(32ull << c), size = low - id + 1;
         int fwd = (int)(p >> 63);
         if (p & (((1ull << 15) - 1) << 48))
-            fail(e, &bad, pos, "unused-bits", "header bits 48..62 must be 0 (header %#llx)", (unsigned long long)p);
+            fail(e, &x->bad, pos, "unused-bits", "header bits 48..62 must be 0 (header %#llx)", (unsigned long long)p);
         if (!(p & ARC_CLASS_BIT))
-            fail(e, &bad, pos, "class-bit", "header bit 42 must be 1 (header %#llx)", (unsigned long long)p);
+            fail(e, &x->bad, pos, "class-bit", "header bit 42 must be 1 (header %#llx)", (unsigned long long)p);
         if (arc_offset_bits(size) != 5 + c)
-            fail(e, &bad, pos, "alignment", "offset-bit field gives 2^%u but a %llu-byte object needs 2^%u",
+            fail(e, &x->bad, pos, "alignment", "offset-bit field gives 2^%u but a %llu-byte object needs 2^%u",
                  5 + c, (unsigned long long)size, arc_offset_bits(size));
-        if (nd == cd) {
-            decl *nv = realloc(d, 2 * cd * sizeof *nv);
-            if (!nv) goto oom;
-            d = nv;
-            cd *= 2;
-        }
-        d[nd++] = (decl){ id, size, pos, fwd };
+        if (push_decl(x, (decl){ id, size, pos, fwd })) return -1;
         pos += 8;
         if (fwd) continue;
         uint64_t nb = ARC_BITMAP_BYTES(size);
         if (len - pos < nb || len - pos - nb < size) {
-            fail(e, &bad, pos - 8, "truncated", "a %llu-byte object needs %llu more bytes, %zu left",
+            fail(e, &x->bad, pos - 8, "truncated", "a %llu-byte object needs %llu more bytes, %zu left",
                  (unsigned long long)size, (unsigned long long)(nb + size), len - pos);
-            cut = 1;
-            break;
+            return 1;
         }
         uint64_t words = size / 8;
         if (words % 8 && (buf[pos + nb - 1] >> (words % 8)))
-            fail(e, &bad, pos + nb - 1, "bitmap-padding", "bits beyond the object's %llu words are set",
+            fail(e, &x->bad, pos + nb - 1, "bitmap-padding", "bits beyond the object's %llu words are set",
                  (unsigned long long)words);
-        if (a->nobjs == cap) {
-            arc_obj *nv = realloc(a->objs, 2 * cap * sizeof *nv);
-            if (!nv) goto oom;
-            a->objs = nv;
-            cap *= 2;
-        }
-        a->objs[a->nobjs++] = (arc_obj){ id, size, pos - 8, UINT64_MAX, buf + pos, buf + pos + nb };
+        if (push_obj(x, (arc_obj){ id, size, pos - 8, UINT64_MAX, buf + pos, buf + pos + nb })) return -1;
         pos += nb + size;
     }
-    if (nd == 0) { fail(e, &bad, 0, "empty", "no element: a stream starts with its root object"); goto out; }
-    if (cut) goto out;   /* nothing after a cut can be checked */
+    return 0;
+}
 
-    /* Pass 2: ranges in id order. Equal (id, size) pairs are one object's
-     * declarations; anything else sharing bytes overlaps. */
-    uint64_t root_id = d[0].id;
-    qsort(d, nd, sizeof *d, by_id_size_off);
+/* Pass 2: ranges in id order (sorts x->d). Equal (id, size) pairs are one
+ * object's declarations; anything else sharing bytes overlaps. */
+static void check_ranges(parse *x)
+{
+    decl *d = x->d;
+    arc_error *e = x->e;
+    qsort(d, x->nd, sizeof *d, by_id_size_off);
     uint64_t max_end = 0, max_off = 0;
-    for (size_t i = 0; i < nd;) {
+    for (size_t i = 0; i < x->nd;) {
         size_t j = i, full = SIZE_MAX, nfwd = 0;
         uint64_t first = d[i].off;
-        for (; j < nd && d[j].id == d[i].id && d[j].size == d[i].size; j++) {
+        for (; j < x->nd && d[j].id == d[i].id && d[j].size == d[i].size; j++) {
             if (d[j].fwd) {
-                if (nfwd++) fail(e, &bad, d[j].off, "forward-once", "object %#llx is forward-declared twice", (unsigned long long)d[j].id);
+                if (nfwd++) fail(e, &x->bad, d[j].off, "forward-once", "object %#llx is forward-declared twice", (unsigned long long)d[j].id);
                 else if (full != SIZE_MAX)
-                    fail(e, &bad, d[j].off, "forward-once", "object %#llx is forward-declared after its declaration", (unsigned long long)d[j].id);
+                    fail(e, &x->bad, d[j].off, "forward-once", "object %#llx is forward-declared after its declaration", (unsigned long long)d[j].id);
             } else if (full != SIZE_MAX) {
-                fail(e, &bad, d[j].off, "declared-once", "object %#llx is declared a second time (first at byte %llu)",
+                fail(e, &x->bad, d[j].off, "declared-once", "object %#llx is declared a second time (first at byte %llu)",
                      (unsigned long long)d[j].id, (unsigned long long)d[full].off);
             } else {
                 full = j;
             }
         }
         if (full == SIZE_MAX)
-            fail(e, &bad, d[i].off, "undeclared", "object %#llx is forward-declared but never declared", (unsigned long long)d[i].id);
+            fail(e, &x->bad, d[i].off, "undeclared", "object %#llx is forward-declared but never declared", (unsigned long long)d[i].id);
         if (i > 0 && d[i].id < max_end)
-            fail(e, &bad, first > max_off ? first : max_off, "overlap",
+            fail(e, &x->bad, first > max_off ? first : max_off, "overlap",
                  "object %#llx (%llu bytes) overlaps an object declared at byte %llu", (unsigned long long)d[i].id,
                  (unsigned long long)d[i].size, (unsigned long long)(first > max_off ? max_off : first));
         if (d[i].id + d[i].size > max_end) { max_end = d[i].id + d[i].size; max_off = first; }
         i = j;
     }
+}
 
-    /* Objects by id; each learns where it was first announced. */
+/* Objects by id; each learns where it was first announced. */
+static int index_objects(parse *x, uint64_t root_id)
+{
+    arc_file *a = x->a;
     a->by_id = malloc((a->nobjs ? a->nobjs : 1) * sizeof *a->by_id);
-    if (!a->by_id) goto oom;
+    if (!a->by_id) return -1;
     for (size_t i = 0; i < a->nobjs; i++) a->by_id[i] = (uint32_t)i;
     sort_file = a;
     qsort(a->by_id, a->nobjs, sizeof *a->by_id, by_obj_id);
-    for (size_t i = 0; i < nd; i++)
-        if (d[i].fwd) {
-            long k = arc_find(a, d[i].id);
-            if (k >= 0 && a->objs[k].id == d[i].id && a->objs[k].size == d[i].size && d[i].off < a->objs[k].fwd_off)
-                a->objs[k].fwd_off = d[i].off;
+    for (size_t i = 0; i < x->nd; i++)
+        if (x->d[i].fwd) {
+            long k = arc_find(a, x->d[i].id);
+            if (k >= 0 && a->objs[k].id == x->d[i].id && a->objs[k].size == x->d[i].size && x->d[i].off < a->objs[k].fwd_off)
+                a->objs[k].fwd_off = x->d[i].off;
         }
     long r = arc_find(a, root_id);
     a->root = r >= 0 ? (size_t)r : 0;
+    return 0;
+}
 
-    /* Pass 3: every tagged word. */
+/* Pass 3: every tagged word points into an object announced before its own. */
+static void check_pointers(parse *x)
+{
+    const arc_file *a = x->a;
     for (size_t i = 0; i < a->nobjs; i++) {
         const arc_obj *o = &a->objs[i];
         uint64_t words = o->size / 8;
         for (uint64_t w = 0; w < words; w++) {
             if (!o->bitmap[w / 8]) { w |= 7; continue; }
             if (!arc_tagged(o, w)) continue;
-            uint64_t v = rd64(o->data + 8 * w), at = (uint64_t)(o->data + 8 * w - buf);
+            uint64_t v = rd64(o->data + 8 * w), at = (uint64_t)(o->data + 8 * w - a->buf);
             if ((v & ~ARC_WEAK) == 0) continue;
             long t = arc_find(a, v);
             if (t < 0) {
-                fail(e, &bad, at, "pointer-range", "tagged word %#llx is neither 0 nor inside a declared object",
+                fail(x->e, &x->bad, at, "pointer-range", "tagged word %#llx is neither 0 nor inside a declared object",
                      (unsigned long long)v);
                 continue;
             }
             const arc_obj *to = &a->objs[t];
             uint64_t announced = to->fwd_off < to->off ? to->fwd_off : to->off;
             if (announced > o->off)
-                fail(e, &bad, at, "declared-before-referenced", "points into object %#llx, first declared later (byte %llu)",
+                fail(x->e, &x->bad, at, "declared-before-referenced", "points into object %#llx, first declared later (byte %llu)",
                      (unsigned long long)to->id, (unsigned long long)announced);
         }
     }
-out:
-    free(d);
-    return bad ? -1 : 0;
-oom:
-    free(d);
-    e->offset = 0;
-    e->rule = "io";
-    snprintf(e->msg, sizeof e->msg, "out of memory");
-    return -1;
+}
+
+int arc_parse(arc_file *a, uint8_t *buf, size_t len, arc_error *e)
+{
+    memset(a, 0, sizeof *a);
+    memset(e, 0, sizeof *e);
+    a->buf = buf;
+    a->len = len;
+    parse x = { .a = a, .e = e, .cd = 1024, .cap = 1024 };
+    x.d = malloc(x.cd * sizeof *x.d);
+    a->objs = malloc(x.cap * sizeof *a->objs);
+    int rc = x.d && a->objs ? read_headers(&x) : -1;
+    if (rc >= 0 && x.nd == 0) fail(e, &x.bad, 0, "empty", "no element: a stream starts with its root object");
+    else if (rc == 0) {
+        uint64_t root_id = x.d[0].id;   /* the first element, before check_ranges sorts */
+        check_ranges(&x);
+        rc = index_objects(&x, root_id);
+        if (rc == 0) check_pointers(&x);
+    }
+    free(x.d);
+    if (rc < 0) {
+        e->offset = 0;
+        e->rule = "io";
+        snprintf(e->msg, sizeof e->msg, "out of memory");
+        return -1;
+    }
+    return x.bad ? -1 : 0;
 }
 
 int arc_open(arc_file *a, const char *path, arc_error *e)
