@@ -185,138 +185,152 @@ static int add_object(json_t *objects, const char *path)
     return s ? json_array_append_new(objects, s) : -1;
 }
 
+/* The parse in progress. */
+typedef struct da_parse {
+    cursor c;
+    size_t pos;                      /* of the next record */
+    imp_trace *t;
+    dumpalloc_info *info;
+    json_t *objects;                 /* OBJE paths */
+    chain ch;                        /* the frames of the current ALOC */
+    addrmap live;                    /* to tell known frees from unknown */
+    uint64_t size_addr, size;        /* the last ASIZ, for the next ALOC */
+    int have_size;
+} da_parse;
+
+/* ALOC, then its frame chain: FRAM records up to TERM. On return *r and
+ * *more are the record after the chain (a chain without TERM ends at the
+ * first record that is not a frame, which is read next). */
+static int on_aloc(da_parse *x, record *r, int *more)
+{
+    dumpalloc_counts *n = &x->info->n;
+    if (r->blen < 20) return bad(&x->c, r->at, "ALOC record of %zu bytes (needs 20: address, timestamp)", r->blen);
+    uint64_t addr = get_u64(r->body), sec = get_u64(r->body + 8);
+    uint32_t ns = get_u32(r->body + 16);
+    if (ns >= 1000000000u) {
+        n->bad_nanos++;
+        ns = 999999999u;
+    }
+    uint64_t t_us = sec > (UINT64_MAX - 1000000) / 1000000 ? UINT64_MAX - 1000000 : sec * 1000000 + ns / 1000;
+    chain_clear(&x->ch);
+    int term = 0;
+    while ((*more = next_record(&x->c, &x->pos, r)) > 0 && is(r, "FRAM")) {
+        n->records++;
+        int k = read_frame(&x->c, r, &x->ch, n);
+        if (k < 0) return -1;
+        if (k) {
+            term = 1;
+            break;
+        }
+    }
+    if (*more < 0) return -1;
+    if (!term) n->chains_without_term++;
+    int64_t stack = imp_stack(x->t, x->ch.f, (uint32_t)x->ch.n);
+    int sized = x->have_size && x->size_addr == addr;
+    if (sized) n->sized++;
+    else n->unsized++;
+    x->have_size = 0;
+    addr_obj o = { .addr = addr, .size = sized ? x->size : 0, .time_us = t_us }, old;
+    if (stack < 0 || imp_alloc(x->t, t_us, addr, o.size, (uint32_t)stack, 0) ||
+        (addr && addrmap_put(&x->live, &o, &old) < 0))
+        return bad(&x->c, x->pos, "out of memory");
+    n->allocs++;
+    if (term) *more = next_record(&x->c, &x->pos, r);
+    else if (*more > 0) n->records--;   /* counted again when it is read */
+    return 0;
+}
+
+static int on_dalc(da_parse *x, const record *r)
+{
+    if (r->blen < 8) return bad(&x->c, r->at, "DALC record of %zu bytes (needs an 8-byte address)", r->blen);
+    uint64_t addr = get_u64(r->body);
+    addr_obj o;
+    if (!addr || !addrmap_take(&x->live, addr, &o)) {
+        x->info->n.unknown_frees++;
+        return 0;
+    }
+    /* dumpalloc frees carry no time: the last time seen */
+    if (imp_free_event(x->t, x->t->last_us, addr)) return bad(&x->c, r->at, "out of memory");
+    x->info->n.frees++;
+    return 0;
+}
+
+static int on_asiz(da_parse *x, const record *r)
+{
+    if (r->blen < 16) return bad(&x->c, r->at, "ASIZ record of %zu bytes (needs address and size)", r->blen);
+    x->size_addr = get_u64(r->body);
+    x->size = get_u64(r->body + 8);
+    x->have_size = 1;
+    return 0;
+}
+
+static int on_proc(da_parse *x, const record *r)
+{
+    size_t off = 4;
+    if (r->blen < 4) return bad(&x->c, r->at, "PROC record of %zu bytes has no process id", r->blen);
+    char *name = get_string(&x->c, r, &off);
+    if (!name) return -1;
+    x->info->pid = get_u32(r->body);
+    free(x->info->process);
+    x->info->process = name;
+    return 0;
+}
+
+static int on_obje(da_parse *x, const record *r)
+{
+    size_t off = 0;
+    char *path = get_string(&x->c, r, &off);
+    if (!path) return -1;
+    int e = add_object(x->objects, path);
+    free(path);
+    return e ? bad(&x->c, r->at, "out of memory") : 0;
+}
+
+/* Every record but ALOC (which reads its own frames); 0 or -1. */
+static int on_record(da_parse *x, const record *r)
+{
+    if (is(r, "DALC")) return on_dalc(x, r);
+    if (is(r, "ASIZ")) return on_asiz(x, r);
+    if (is(r, "PROC")) return on_proc(x, r);
+    if (is(r, "OBJE")) return on_obje(x, r);
+    if (is(r, "FRAM")) x->info->n.stray_frames++;
+    else x->info->n.unknown_records++;
+    return 0;
+}
+
 int dumpalloc_parse(const uint8_t *buf, size_t len, imp_trace *t, dumpalloc_info *info, char *err, size_t errlen)
 {
-    cursor c = { buf, len, err, errlen };
+    da_parse x = { .c = { buf, len, err, errlen }, .t = t, .info = info };
     memset(info, 0, sizeof *info);
     info->pid = -1;
-    dumpalloc_counts *n = &info->n;
-    json_t *objects = json_array();
-    chain ch = { 0 };
-    addrmap live;
-    int rc = -1;
-    if (!objects || addrmap_init(&live)) {
-        json_decref(objects);
-        return bad(&c, 0, "out of memory");
+    x.objects = json_array();
+    if (!x.objects || addrmap_init(&x.live)) {
+        json_decref(x.objects);
+        return bad(&x.c, 0, "out of memory");
     }
-    uint64_t size_addr = 0, size = 0;   /* the last ASIZ, for the next ALOC */
-    int have_size = 0;
-    size_t pos = 0;
     record r;
-    int more = next_record(&c, &pos, &r);
-    while (more > 0) {
-        n->records++;
+    int more = next_record(&x.c, &x.pos, &r), rc = 0;
+    while (more > 0 && !rc) {
+        info->n.records++;
         if (is(&r, "ALOC")) {
-            if (r.blen < 20) {
-                bad(&c, r.at, "ALOC record of %zu bytes (needs 20: address, timestamp)", r.blen);
-                goto out;
-            }
-            uint64_t addr = get_u64(r.body), sec = get_u64(r.body + 8);
-            uint32_t ns = get_u32(r.body + 16);
-            if (ns >= 1000000000u) {
-                n->bad_nanos++;
-                ns = 999999999u;
-            }
-            uint64_t t_us = sec > (UINT64_MAX - 1000000) / 1000000 ? UINT64_MAX - 1000000 : sec * 1000000 + ns / 1000;
-            /* The frame chain: FRAM records up to TERM. */
-            chain_clear(&ch);
-            int term = 0;
-            while ((more = next_record(&c, &pos, &r)) > 0 && is(&r, "FRAM")) {
-                n->records++;
-                int k = read_frame(&c, &r, &ch, n);
-                if (k < 0) goto out;
-                if (k) {
-                    term = 1;
-                    break;
-                }
-            }
-            if (more < 0) goto out;
-            if (!term) n->chains_without_term++;
-            int64_t stack = imp_stack(t, ch.f, (uint32_t)ch.n);
-            uint64_t sz = have_size && size_addr == addr ? size : 0;
-            if (have_size && size_addr == addr) n->sized++;
-            else n->unsized++;
-            have_size = 0;
-            addr_obj o = { .addr = addr, .size = sz, .time_us = t_us }, old;
-            if (stack < 0 || imp_alloc(t, t_us, addr, sz, (uint32_t)stack, 0) ||
-                (addr && addrmap_put(&live, &o, &old) < 0)) {
-                bad(&c, pos, "out of memory");
-                goto out;
-            }
-            n->allocs++;
-            /* The record that ended a chain without TERM is read next. */
-            if (term) more = next_record(&c, &pos, &r);
-            else if (more > 0) n->records--;
-            continue;
-        }
-        if (is(&r, "DALC")) {
-            if (r.blen < 8) {
-                bad(&c, r.at, "DALC record of %zu bytes (needs an 8-byte address)", r.blen);
-                goto out;
-            }
-            uint64_t addr = get_u64(r.body);
-            addr_obj o;
-            if (addr && addrmap_take(&live, addr, &o)) {
-                /* dumpalloc frees carry no time: the last time seen */
-                if (imp_free_event(t, t->last_us, addr)) {
-                    bad(&c, r.at, "out of memory");
-                    goto out;
-                }
-                n->frees++;
-            } else {
-                n->unknown_frees++;
-            }
-        } else if (is(&r, "ASIZ")) {
-            if (r.blen < 16) {
-                bad(&c, r.at, "ASIZ record of %zu bytes (needs address and size)", r.blen);
-                goto out;
-            }
-            size_addr = get_u64(r.body);
-            size = get_u64(r.body + 8);
-            have_size = 1;
-        } else if (is(&r, "PROC")) {
-            size_t off = 4;
-            if (r.blen < 4) {
-                bad(&c, r.at, "PROC record of %zu bytes has no process id", r.blen);
-                goto out;
-            }
-            char *name = get_string(&c, &r, &off);
-            if (!name) goto out;
-            info->pid = get_u32(r.body);
-            free(info->process);
-            info->process = name;
-        } else if (is(&r, "OBJE")) {
-            size_t off = 0;
-            char *path = get_string(&c, &r, &off);
-            if (!path) goto out;
-            int e = add_object(objects, path);
-            free(path);
-            if (e) {
-                bad(&c, r.at, "out of memory");
-                goto out;
-            }
-        } else if (is(&r, "FRAM")) {
-            n->stray_frames++;
+            rc = on_aloc(&x, &r, &more);
         } else {
-            n->unknown_records++;
+            rc = on_record(&x, &r);
+            if (!rc) more = next_record(&x.c, &x.pos, &r);
         }
-        more = next_record(&c, &pos, &r);
     }
-    if (more < 0) goto out;
-    json_t *o = json_pack("{s:O}", "dumpalloc_objects", objects);
-    info->objects_json = o ? json_dumps(o, JSON_COMPACT) : NULL;
-    json_decref(o);
-    if (!info->objects_json) {
-        bad(&c, pos, "out of memory");
-        goto out;
+    if (!rc && more < 0) rc = -1;
+    if (!rc) {
+        json_t *o = json_pack("{s:O}", "dumpalloc_objects", x.objects);
+        info->objects_json = o ? json_dumps(o, JSON_COMPACT) : NULL;
+        json_decref(o);
+        if (!info->objects_json) rc = bad(&x.c, x.pos, "out of memory");
     }
-    rc = 0;
-out:
-    chain_clear(&ch);
-    free(ch.f);
-    addrmap_free(&live);
-    json_decref(objects);
-    return rc;
+    chain_clear(&x.ch);
+    free(x.ch.f);
+    addrmap_free(&x.live);
+    json_decref(x.objects);
+    return rc ? -1 : 0;
 }
 
 void dumpalloc_info_free(dumpalloc_info *info)
