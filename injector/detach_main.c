@@ -4,7 +4,9 @@
  */
 #include "injector.h"
 
+#include <errno.h>
 #include <getopt.h>
+#include <signal.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +22,8 @@ static const char usage[] =
     "flight drained, every patched GOT slot restored, the profiler's memory freed\n"
     "(its code stays mapped as a pass-through for a later attach). Then the\n"
     "spool is symbolized into FILE with `memlyze finalize`, outside the target.\n"
+    "For a PID that exited (or was killed) while attached, writes the trace it\n"
+    "recorded up to its exit from the spool it left behind.\n"
     "  -o, --output FILE  the trace (default: what memlyze-attach -o named)\n"
     "      --timeout MS   give up waiting for a safe point after MS (default 5000)\n"
     "      --no-finalize  keep the raw spool, do not write FILE\n"
@@ -29,6 +33,50 @@ static const char usage[] =
     "  -h, --help         this text\n";
 
 static int die_usage(const char *msg) { return mlz__cli_usage("memlyze-detach", usage, msg); }
+
+/* The payload is gone (the process exec'd or exited) but its spool is
+ * left: finalize it into the record's output (or -o), for uid, and drop
+ * the record. result says where the trace went, or why there is none. */
+static int keep_spool_left(pid_t pid, mlz_state *st, const char *output, int finalize, uid_t uid,
+                           char *result, size_t cap)
+{
+    char left[4300];
+    int rc;
+    snprintf(result, cap, "the payload left no spool");
+    if (output && (rc = mlz__abspath(output, st->output, sizeof st->output))) return rc;
+    if (mlz__state_spool_left(pid, st, left, sizeof left) == 0) {
+        snprintf(result, cap, "%s", left);
+        if (finalize && access(st->output, F_OK) == 0) {
+            mlz__err("%s exists: not replacing it (use -o)", st->output);
+            return MLZ_INJ_EREFUSE;
+        }
+        if (finalize) {
+            if ((rc = mlz__finalize(left, st->output))) return rc;
+            if (geteuid() == 0 && uid != 0 && lchown(st->output, uid, (gid_t)-1)) {}
+            unlink(left);
+            snprintf(result, cap, "%s", st->output);
+        }
+    }
+    mlz__state_remove(pid, st, 1);
+    return 0;
+}
+
+/* PID is gone. If it exited while attached, its spool outlived it: write
+ * the trace it recorded up to its exit, so nothing is lost or left in /tmp. */
+static int detach_exited(pid_t pid, const char *output, int finalize, int quiet)
+{
+    mlz_state st;
+    uid_t owner;
+    char result[4300];
+    if (mlz__state_read_exited(pid, &st, &owner)) {
+        mlz__err("no such process: %d", (int)pid);
+        return 1;
+    }
+    int rc = keep_spool_left(pid, &st, output, finalize, owner, result, sizeof result);
+    if (rc) return 1;
+    if (!quiet) printf("memlyze: process %d exited while attached; trace up to its exit: %s\n", (int)pid, result);
+    return 0;
+}
 
 int main(int argc, char **argv)
 {
@@ -60,28 +108,17 @@ int main(int argc, char **argv)
     int rc, ret = 0, have_state;
     memset(&l, 0, sizeof l);
 
+    if (kill(pid, 0) && errno == ESRCH) {
+        rc = detach_exited(pid, output, finalize, quiet);
+        if (rc) goto fail;
+        return 0;
+    }
     if ((rc = mlz__preflight(pid, MLZ_PRE_ALLOW_SECCOMP, &t))) goto fail;
     if (!t.payload_mapped && mlz__state_read(pid, &st) == 0) {
         /* Attached, yet no payload: the process exec'd (a detached payload
          * stays mapped). Keep what the old image wrote, as a valid trace. */
-        char left[4300];
-        const char *result = "the old image left no spool";
-        if (output && (rc = mlz__abspath(output, st.output, sizeof st.output))) goto fail;
-        if (mlz__state_spool_left(pid, &st, left, sizeof left) == 0) {
-            result = left;
-            if (finalize && access(st.output, F_OK) == 0) {
-                mlz__err("%s exists: not replacing it (use -o)", st.output);
-                rc = MLZ_INJ_EREFUSE;
-                goto fail;
-            }
-            if (finalize) {
-                if ((rc = mlz__finalize(left, st.output))) goto fail;
-                if (geteuid() == 0 && t.uid != 0 && lchown(st.output, t.uid, (gid_t)-1)) {}
-                unlink(left);
-                result = st.output;
-            }
-        }
-        mlz__state_remove(pid, &st, 1);
+        char result[4300];
+        if ((rc = keep_spool_left(pid, &st, output, finalize, t.uid, result, sizeof result))) goto fail;
         fprintf(stderr, "memlyze-detach: process %d (now %s) has exec'd since memlyze-attach: the payload went "
                 "with its old image, nothing is left to detach; trace up to the exec: %s\n", (int)pid, t.comm, result);
         return 0;

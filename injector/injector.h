@@ -264,6 +264,9 @@ int  mlz__state_commit(const mlz_state *s);              /* state.new -> state *
 int  mlz__state_spool_left(pid_t pid, const mlz_state *s, char *out, size_t cap);
 void mlz__state_abort(const mlz_state *s);               /* a failed attach: drop ours only */
 int  mlz__state_read(pid_t pid, mlz_state *s);      /* MLZ_INJ_ESTATE when there is none */
+/* The record of PID that exited while attached (read through our /tmp), and
+ * the owner of its directory; MLZ_INJ_ESTATE when there is none to trust. */
+int  mlz__state_read_exited(pid_t pid, mlz_state *s, uid_t *owner);
 void mlz__state_remove(pid_t pid, const mlz_state *s, int keep_spool);
 /* p made absolute against our working directory. */
 int  mlz__abspath(const char *p, char *out, size_t cap);

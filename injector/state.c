@@ -108,11 +108,10 @@ void mlz__state_abort(const mlz_state *s)
     rmdir(s->dir_ours);                /* only when empty */
 }
 
-int mlz__state_read(pid_t pid, mlz_state *s)
+/* Reads the record in s->dir_ours into s; its start_ticks in *ticks. */
+static int read_record(mlz_state *s, unsigned long long *ticks)
 {
     char path[300], line[4200];
-    memset(s, 0, sizeof *s);
-    dir_paths(pid, s);
     snprintf(path, sizeof path, "%s/state", s->dir_ours);
     int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0) {
@@ -122,7 +121,7 @@ int mlz__state_read(pid_t pid, mlz_state *s)
     }
     if (fd < 0) return MLZ_INJ_ESTATE;
     FILE *f = fdopen(fd, "r");
-    unsigned long long ticks = 0;
+    *ticks = 0;
     while (fgets(line, sizeof line, f)) {
         line[strcspn(line, "\n")] = 0;
         size_t n = strlen(line);
@@ -131,10 +130,18 @@ int mlz__state_read(pid_t pid, mlz_state *s)
         else if (!strncmp(line, "spool=", 6)) memcpy(s->spool, line + 6, n - 5);
         else if (!strncmp(line, "rate=", 5)) s->rate = strtoull(line + 5, NULL, 10);
         else if (!strncmp(line, "attached_at=", 12)) s->attached_at = atoll(line + 12);
-        else if (!strncmp(line, "start_ticks=", 12)) ticks = strtoull(line + 12, NULL, 10);
+        else if (!strncmp(line, "start_ticks=", 12)) *ticks = strtoull(line + 12, NULL, 10);
     }
     fclose(f);
-    if (!s->spool[0]) return MLZ_INJ_ESTATE;
+    return s->spool[0] ? 0 : MLZ_INJ_ESTATE;
+}
+
+int mlz__state_read(pid_t pid, mlz_state *s)
+{
+    unsigned long long ticks;
+    memset(s, 0, sizeof *s);
+    dir_paths(pid, s);
+    if (read_record(s, &ticks)) return MLZ_INJ_ESTATE;
     if (ticks && ticks != start_ticks(pid)) {
         /* Another process's, with the same pid: gone, so is its record. */
         snprintf(s->spool_ours, sizeof s->spool_ours, "/proc/%d/root%s", (int)pid, s->spool);
@@ -144,6 +151,28 @@ int mlz__state_read(pid_t pid, mlz_state *s)
         return MLZ_INJ_ESTATE;
     }
     snprintf(s->spool_ours, sizeof s->spool_ours, "/proc/%d/root%s", (int)pid, s->spool);
+    return 0;
+}
+
+int mlz__state_read_exited(pid_t pid, mlz_state *s, uid_t *owner)
+{
+    unsigned long long ticks;
+    struct stat st;
+    memset(s, 0, sizeof *s);
+    snprintf(s->dir_ours, sizeof s->dir_ours, "/tmp/memlyze-%d", (int)pid);
+    /* A predictable name: only a private directory (mode 0700, not a link)
+     * of root or of the user running us, if we are not root, is believed. */
+    if (lstat(s->dir_ours, &st) || !S_ISDIR(st.st_mode) || (st.st_mode & 077) ||
+        (geteuid() != 0 && st.st_uid != geteuid()))
+        return MLZ_INJ_ESTATE;
+    *owner = st.st_uid;
+    if (read_record(s, &ticks)) return MLZ_INJ_ESTATE;
+    /* The spool must be the directory's own, and the output absolute. */
+    size_t dl = strlen(s->dir_ours);
+    if (strncmp(s->spool, s->dir_ours, dl) || s->spool[dl] != '/' || strchr(s->spool + dl + 1, '/') ||
+        s->output[0] != '/')
+        return MLZ_INJ_ESTATE;
+    snprintf(s->spool_ours, sizeof s->spool_ours, "%s", s->spool);
     return 0;
 }
 

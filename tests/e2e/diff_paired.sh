@@ -37,6 +37,7 @@ session() {
     [ -n "${DETACH_TRACE:-}" ] && "$B/bin/memlyze-detach" -q "$pid" 2>> "$T/$name.err"
     exec {w}>&-
     wait "$pid"
+    rm -rf "/tmp/memlyze-$pid"     # exited while attached: its spool, not needed here
 }
 
 for leak in 2 4 32; do
