@@ -53,34 +53,45 @@ static void count_old(const addr_obj *o, void *arg)
     site_add_w(&s->old_bytes, &s->old_count, o->size, c->p->rate, 1);
 }
 
-int prof_replay_opts(prof *p, mlz_reader *r, const prof_opts *opt, mlz_error *err)
+/* An object's Horvitz-Thompson weights and their variances. */
+typedef struct weights { double wb, wc, vb, vc; } weights;
+
+static inline weights weights_of(uint64_t size, uint64_t rate)
 {
-    uint64_t until_us = opt->until_us;
-    memset(p, 0, sizeof *p);
-    p->meta = mlz_reader_meta(r);
-    if (p->meta->kind && !strcmp(p->meta->kind, "spool")) {
-        snprintf(err->msg, sizeof err->msg, "this is a raw spool; turn it into a profile with memlyze finalize");
-        err->rule = MLZ_RULE_IO;
-        return -1;
+    return (weights){ mlz_weight_bytes(size, rate), mlz_weight_count(size, rate), mlz_var_bytes(size, rate),
+                      mlz_var_count(size, rate) };
+}
+
+/* One object more (sign 1) or less (-1) in the live heap of s and of p. */
+static inline void live_move(prof *p, prof_site *s, const weights *w, int sign)
+{
+    if (sign > 0) {
+        add(&s->live_bytes, w->wb, w->vb);
+        add(&s->live_count, w->wc, w->vc);
+        add(&p->live_bytes, w->wb, w->vb);
+        add(&p->live_count, w->wc, w->vc);
+    } else {
+        sub(&s->live_bytes, w->wb, w->vb);
+        sub(&s->live_count, w->wc, w->vc);
+        sub(&p->live_bytes, w->wb, w->vb);
+        sub(&p->live_count, w->wc, w->vc);
     }
-    p->rate = p->meta->rate ? p->meta->rate : 1;
-    p->nsites = p->meta->nstacks;
-    p->sites = calloc(p->nsites ? p->nsites : 1, sizeof *p->sites);
-    if (!p->sites || addrmap_init(&p->live)) {
-        snprintf(err->msg, sizeof err->msg, "out of memory");
-        err->rule = MLZ_RULE_IO;
-        return -1;
-    }
-    /* Stacks with the same symbolized frames are one site for people (an
-     * unrolled loop calls malloc from several addresses of one line). */
-    p->site_of = calloc(p->nsites ? p->nsites : 1, sizeof *p->site_of);
+}
+
+static int oom(mlz_error *err)
+{
+    snprintf(err->msg, sizeof err->msg, "out of memory");
+    err->rule = MLZ_RULE_IO;
+    return -1;
+}
+
+/* Stacks with the same symbolized frames are one site for people (an
+ * unrolled loop calls malloc from several addresses of one line): site_of
+ * maps each stack to the first stack of its site. */
+static int merge_sites(prof *p)
+{
     json_t *seen = json_object();
-    if (!p->site_of || !seen) {
-        json_decref(seen);
-        snprintf(err->msg, sizeof err->msg, "out of memory");
-        err->rule = MLZ_RULE_IO;
-        return -1;
-    }
+    if (!seen) return -1;
     for (size_t i = 0; i < p->nsites; i++) {
         const mlz_stack *st = &p->meta->stacks[i];
         p->sites[i].stack = st;
@@ -95,12 +106,84 @@ int prof_replay_opts(prof *p, mlz_reader *r, const prof_opts *opt, mlz_error *er
         if (!v) json_object_set_new(seen, key, json_integer((json_int_t)i));
     }
     json_decref(seen);
-    p->first_us = p->last_us = mlz_reader_header(r)->start_us;
+    return 0;
+}
 
+static int prof_init(prof *p, mlz_reader *r, mlz_error *err)
+{
+    memset(p, 0, sizeof *p);
+    p->meta = mlz_reader_meta(r);
+    if (p->meta->kind && !strcmp(p->meta->kind, "spool")) {
+        snprintf(err->msg, sizeof err->msg, "this is a raw spool; turn it into a profile with memlyze finalize");
+        err->rule = MLZ_RULE_IO;
+        return -1;
+    }
+    p->rate = p->meta->rate ? p->meta->rate : 1;
+    p->nsites = p->meta->nstacks;
+    p->sites = calloc(p->nsites ? p->nsites : 1, sizeof *p->sites);
+    p->site_of = calloc(p->nsites ? p->nsites : 1, sizeof *p->site_of);
+    if (!p->sites || !p->site_of || addrmap_init(&p->live) || merge_sites(p)) return oom(err);
+    p->first_us = p->last_us = mlz_reader_header(r)->start_us;
+    return 0;
+}
+
+/* An ALLOC: live at its site from now on; counted as allocated inside the
+ * window. An address allocated again without a FREE we saw ends the old
+ * object first. */
+static int on_alloc(prof *p, const mlz_event *ev, int in_window)
+{
+    const mlz_stack *st = mlz_meta_stack(p->meta, ev->stack_id);
+    uint32_t si = p->site_of[st - p->meta->stacks];
+    prof_site *s = &p->sites[si];
+    weights w = weights_of(ev->size, p->rate);
+    addr_obj o = { ev->addr, ev->size, ev->time_us, si, ev->thread }, old;
+    int had = addrmap_put(&p->live, &o, &old);
+    if (had < 0) return -1;
+    if (had) {
+        weights ow = weights_of(old.size, p->rate);
+        live_move(p, &p->sites[old.site], &ow, -1);
+        p->sites[old.site].live_samples--;
+        p->live_samples--;
+        p->replaced_allocs++;
+    }
+    s->live_samples++;
+    p->live_samples++;
+    if (in_window) {
+        s->samples++;
+        add(&s->alloc_bytes, w.wb, w.vb);
+        add(&s->alloc_count, w.wc, w.vc);
+    }
+    live_move(p, s, &w, 1);
+    if (s->live_bytes.value > s->peak_bytes) { s->peak_bytes = s->live_bytes.value; s->peak_us = ev->time_us; }
+    if (p->live_bytes.value > p->peak_bytes) { p->peak_bytes = p->live_bytes.value; p->peak_us = ev->time_us; }
+    return 0;
+}
+
+/* A FREE of a recorded object: it leaves the live heap, and counts as
+ * temporary when it lived at most temp_us inside the window. */
+static void on_free(prof *p, const mlz_event *ev, int in_window, uint64_t temp_us)
+{
+    addr_obj o;
+    if (!addrmap_take(&p->live, ev->addr, &o)) {
+        p->unmatched_frees++;   /* allocated before recording, or not sampled */
+        return;
+    }
+    prof_site *s = &p->sites[o.site];
+    weights w = weights_of(o.size, p->rate);
+    if (in_window && ev->time_us - o.time_us <= temp_us) site_add_w(&s->temp_bytes, &s->temp_count, o.size, p->rate, 1);
+    live_move(p, s, &w, -1);
+    /* Exact zero when nothing is left: no floating-point residue. */
+    if (--s->live_samples == 0) s->live_bytes = s->live_count = (est){ 0, 0 };
+    if (--p->live_samples == 0) p->live_bytes = p->live_count = (est){ 0, 0 };
+}
+
+int prof_replay_opts(prof *p, mlz_reader *r, const prof_opts *opt, mlz_error *err)
+{
+    if (prof_init(p, r, err)) return -1;
     mlz_event ev;
     int rc;
     while ((rc = mlz_reader_next(r, &ev, err)) == 1) {
-        if (ev.time_us > until_us) break;
+        if (ev.time_us > opt->until_us) break;
         /* Before the window: only the live set is built (what was allocated
          * earlier and is freed inside the window must still be matched). */
         int in_window = ev.time_us >= opt->from_us;
@@ -110,66 +193,15 @@ int prof_replay_opts(prof *p, mlz_reader *r, const prof_opts *opt, mlz_error *er
         p->events++;
         p->last_us = ev.time_us;
         if (ev.type == MLZ_EV_ALLOC) {
-            const mlz_stack *st = mlz_meta_stack(p->meta, ev.stack_id);
-            uint32_t si = p->site_of[st - p->meta->stacks];
-            prof_site *s = &p->sites[si];
-            double wb = mlz_weight_bytes(ev.size, p->rate), wc = mlz_weight_count(ev.size, p->rate);
-            double vb = mlz_var_bytes(ev.size, p->rate), vc = mlz_var_count(ev.size, p->rate);
-            addr_obj o = { ev.addr, ev.size, ev.time_us, si, ev.thread }, old;
-            int had = addrmap_put(&p->live, &o, &old);
-            if (had < 0) {
-                snprintf(err->msg, sizeof err->msg, "out of memory");
-                err->rule = MLZ_RULE_IO;
-                return -1;
-            }
-            if (had) {   /* allocated again without a FREE we saw: drop the old one */
-                prof_site *os = &p->sites[old.site];
-                double owb = mlz_weight_bytes(old.size, p->rate), owc = mlz_weight_count(old.size, p->rate);
-                sub(&os->live_bytes, owb, mlz_var_bytes(old.size, p->rate));
-                sub(&os->live_count, owc, mlz_var_count(old.size, p->rate));
-                sub(&p->live_bytes, owb, mlz_var_bytes(old.size, p->rate));
-                sub(&p->live_count, owc, mlz_var_count(old.size, p->rate));
-                os->live_samples--;
-                p->live_samples--;
-                p->replaced_allocs++;
-            }
-            s->live_samples++;
-            p->live_samples++;
-            if (in_window) {
-                s->samples++;
-                add(&s->alloc_bytes, wb, vb);
-                add(&s->alloc_count, wc, vc);
-            }
-            add(&s->live_bytes, wb, vb);
-            add(&s->live_count, wc, vc);
-            add(&p->live_bytes, wb, vb);
-            add(&p->live_count, wc, vc);
-            if (s->live_bytes.value > s->peak_bytes) { s->peak_bytes = s->live_bytes.value; s->peak_us = ev.time_us; }
-            if (p->live_bytes.value > p->peak_bytes) { p->peak_bytes = p->live_bytes.value; p->peak_us = ev.time_us; }
+            if (on_alloc(p, &ev, in_window)) return oom(err);
         } else if (ev.type == MLZ_EV_FREE) {
-            addr_obj o;
-            if (!addrmap_take(&p->live, ev.addr, &o)) {
-                p->unmatched_frees++;   /* allocated before recording, or not sampled */
-                continue;
-            }
-            prof_site *s = &p->sites[o.site];
-            double wb = mlz_weight_bytes(o.size, p->rate), wc = mlz_weight_count(o.size, p->rate);
-            double vb = mlz_var_bytes(o.size, p->rate), vc = mlz_var_count(o.size, p->rate);
-            if (in_window && ev.time_us - o.time_us <= opt->temp_us)
-                site_add_w(&s->temp_bytes, &s->temp_count, o.size, p->rate, 1);
-            sub(&s->live_bytes, wb, vb);
-            sub(&s->live_count, wc, vc);
-            sub(&p->live_bytes, wb, vb);
-            sub(&p->live_count, wc, vc);
-            /* Exact zero when nothing is left: no floating-point residue. */
-            if (--s->live_samples == 0) s->live_bytes = s->live_count = (est){ 0, 0 };
-            if (--p->live_samples == 0) p->live_bytes = p->live_count = (est){ 0, 0 };
+            on_free(p, &ev, in_window, opt->temp_us);
         }
     }
     if (rc < 0) return -1;
-    if (opt->age_us != UINT64_MAX) {
-        old_ctx c = { p, p->last_us > opt->age_us ? p->last_us - opt->age_us : 0 };
-        if (p->last_us > opt->age_us) addrmap_each(&p->live, count_old, &c);
+    if (opt->age_us != UINT64_MAX && p->last_us > opt->age_us) {
+        old_ctx c = { p, p->last_us - opt->age_us };
+        addrmap_each(&p->live, count_old, &c);
     }
     return 0;
 }
