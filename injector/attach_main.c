@@ -50,139 +50,172 @@ static int parse_bytes(const char *s, unsigned long long *v)
     return 0;
 }
 
-int main(int argc, char **argv)
+/* What the command line asked for. */
+typedef struct attach_args {
+    mlz_cli o;
+    unsigned long long rate, seed;
+    const char *unwind;
+    char payload[PATH_MAX];
+    int flags;                       /* MLZ_PRE_* for the preflight */
+    pid_t pid;
+} attach_args;
+
+/* What one attach found and did, for the summary line. */
+typedef struct attach_run {
+    mlz_target t;
+    mlz_state st;
+    mlz_session s;
+    mlz_loaded l;
+    int in_session, modules, slots, nsites;
+    struct memlyze_inline_site sites[MEMLYZE_INLINE_SITES_MAX];
+    char site_names[MEMLYZE_INLINE_SITES_MAX][32];
+} attach_run;
+
+/* 0 to go on, else the exit status (after --help or a usage error). */
+static int parse_args(int argc, char **argv, attach_args *a, int *exit_code)
 {
-    unsigned long long rate = 512 * 1024;
-    const char *unwind = "dwarf", *bad;
-    char payload[PATH_MAX] = "";
-    mlz_cli o = { NULL, 5000, 15, 0, 0 };
-    int flags = 0, c;
-    unsigned long long seed = 0;
+    const char *bad;
+    int c;
     enum { O_UNWIND = MLZ_OPT_FIRST_OWN, O_PAYLOAD, O_SECCOMP, O_SEED };
     static const struct option opts[] = {
         { "rate", required_argument, 0, 'r' }, { "unwind", required_argument, 0, O_UNWIND },
         { "payload", required_argument, 0, O_PAYLOAD }, { "allow-seccomp", no_argument, 0, O_SECCOMP },
         { "seed", required_argument, 0, O_SEED }, MLZ_CLI_OPTIONS };
+    *exit_code = 0;
     while ((c = getopt_long(argc, argv, "r:o:vqh", opts, NULL)) != -1) {
-        int k = mlz__cli_option(c, optarg, &o, &bad);
-        if (k < 0) return die_usage(bad);
+        int k = mlz__cli_option(c, optarg, &a->o, &bad);
+        if (k < 0) return *exit_code = die_usage(bad), -1;
         if (k) continue;
         switch (c) {
-        case 'r': if (parse_bytes(optarg, &rate)) return die_usage("bad --rate"); break;
+        case 'r': if (parse_bytes(optarg, &a->rate)) return *exit_code = die_usage("bad --rate"), -1; break;
         case O_UNWIND:
-            if (strcmp(optarg, "fp") && strcmp(optarg, "dwarf")) return die_usage("--unwind is fp or dwarf");
-            unwind = optarg;
+            if (strcmp(optarg, "fp") && strcmp(optarg, "dwarf")) return *exit_code = die_usage("--unwind is fp or dwarf"), -1;
+            a->unwind = optarg;
             break;
-        case O_PAYLOAD: snprintf(payload, sizeof payload, "%s", optarg); break;
-        case O_SECCOMP: flags |= MLZ_PRE_ALLOW_SECCOMP; break;
-        case O_SEED: if (parse_bytes(optarg, &seed)) return die_usage("bad --seed"); break;
-        case 'h': fputs(usage, stdout); return 0;
-        default: return die_usage("bad option");
+        case O_PAYLOAD: snprintf(a->payload, sizeof a->payload, "%s", optarg); break;
+        case O_SECCOMP: a->flags |= MLZ_PRE_ALLOW_SECCOMP; break;
+        case O_SEED: if (parse_bytes(optarg, &a->seed)) return *exit_code = die_usage("bad --seed"), -1; break;
+        case 'h': fputs(usage, stdout); return -1;
+        default: return *exit_code = die_usage("bad option"), -1;
         }
     }
-    pid_t pid = mlz__cli_pid_arg(argc, argv, optind, &bad);
-    if (pid <= 0) return die_usage(bad);
-    const char *output = o.output;
-    int quiet = o.quiet, timeout_ms = o.timeout_ms, hold_ms = o.hold_ms;
-    pid_t want_tid = o.thread;
+    a->pid = mlz__cli_pid_arg(argc, argv, optind, &bad);
+    if (a->pid <= 0) return *exit_code = die_usage(bad), -1;
+    return 0;
+}
 
-    mlz_target t;
-    mlz_state st;
-    mlz_session s;
-    mlz_loaded l;
-    int rc, ret = 0, in_session = 0;
-    memset(&st, 0, sizeof st);
-    memset(&l, 0, sizeof l);
-
-    mlz__note("start");
-    if ((rc = mlz__preflight(pid, flags, &t))) goto fail;
-    if (!payload[0] && mlz__default_payload(payload, sizeof payload)) {
+/* Everything that can be known without stopping the target: it exists and
+ * can be traced, the payload file, not attached already, and an output
+ * name that detach may create. Prepares the state directory. */
+static int check_target(attach_args *a, attach_run *x)
+{
+    int rc;
+    pid_t pid = a->pid;
+    if ((rc = mlz__preflight(pid, a->flags, &x->t))) return rc;
+    if (!a->payload[0] && mlz__default_payload(a->payload, sizeof a->payload)) {
         mlz__err("cannot locate libmemlyze.so: use --payload");
-        rc = MLZ_INJ_EIO;
-        goto fail;
+        return MLZ_INJ_EIO;
     }
-    if (!t.payload_mapped && (rc = mlz__check_payload_file(payload))) goto fail;
-    if (t.payload_active == 1) {
+    if (!x->t.payload_mapped && (rc = mlz__check_payload_file(a->payload))) return rc;
+    if (x->t.payload_active == 1) {
         /* Known from outside: nothing is stopped to say so. */
-        mlz__err("process %d (%s) is already attached: run memlyze-detach %d first", (int)pid, t.comm, (int)pid);
-        rc = MLZ_INJ_ESTATE;
-        goto fail;
+        mlz__err("process %d (%s) is already attached: run memlyze-detach %d first", (int)pid, x->t.comm, (int)pid);
+        return MLZ_INJ_ESTATE;
     }
-
     /* The output is named relative to where we were run, not the target. */
     char dflt[64];
     snprintf(dflt, sizeof dflt, "memlyze.%d.mlyze", (int)pid);
-    if ((rc = mlz__abspath(output ? output : dflt, st.output, sizeof st.output))) goto fail;
-    if (access(st.output, F_OK) == 0) {
-        mlz__err("%s exists: detach would not replace it (choose another -o)", st.output);
-        rc = MLZ_INJ_EREFUSE;
-        goto fail;
+    if ((rc = mlz__abspath(a->o.output ? a->o.output : dflt, x->st.output, sizeof x->st.output))) return rc;
+    if (access(x->st.output, F_OK) == 0) {
+        mlz__err("%s exists: detach would not replace it (choose another -o)", x->st.output);
+        return MLZ_INJ_EREFUSE;
     }
-    if ((rc = mlz__state_prepare(pid, t.uid, &st))) goto fail;
-    st.rate = rate;
+    if ((rc = mlz__state_prepare(pid, x->t.uid, &x->st))) return rc;
+    x->st.rate = a->rate;
+    return 0;
+}
 
-    uint64_t t0 = mlz__now_us();
-    if ((rc = mlz__session_begin(&s, pid, want_tid, timeout_ms, hold_ms))) { in_session = 1; goto fail; }
-    in_session = 1;
-    mlz__note("borrowing thread %d", (int)s.r.tid);
-
-    if ((rc = mlz__remote_prepare(&s.r))) goto fail;
-    mlz__note("scratch mapped at 0x%llx", (unsigned long long)s.r.scratch);
-    if ((rc = mlz__load_payload(&s.r, payload, &l))) goto fail;
-    mlz__note("payload %s (%s)", l.reused ? "already mapped: reused" : "loaded from a memfd", l.name[0] ? l.name : "-");
+/* The payload's start inside the target, through a borrowed thread. */
+static int start_payload(attach_args *a, attach_run *x)
+{
+    int rc, ret = 0;
+    pid_t pid = a->pid;
+    if ((rc = mlz__session_begin(&x->s, pid, a->o.thread, a->o.timeout_ms, a->o.hold_ms))) return x->in_session = 1, rc;
+    x->in_session = 1;
+    mlz__note("borrowing thread %d", (int)x->s.r.tid);
+    if ((rc = mlz__remote_prepare(&x->s.r))) return rc;
+    mlz__note("scratch mapped at 0x%llx", (unsigned long long)x->s.r.scratch);
+    if ((rc = mlz__load_payload(&x->s.r, a->payload, &x->l))) return rc;
+    mlz__note("payload %s (%s)", x->l.reused ? "already mapped: reused" : "loaded from a memfd", x->l.name[0] ? x->l.name : "-");
 
     /* Written before the start: a detach after we die must find the spool. */
-    if ((rc = mlz__state_write(pid, &st))) goto fail;
+    if ((rc = mlz__state_write(pid, &x->st))) return rc;
     char config[8400];
     /* inline=remote: allocators the GOT never sees get trampolines; we
-     * write their jumps below, every thread stopped (inline.c) */
-    int cl = snprintf(config, sizeof config, "rate=%llu;spool=%s;unwind=%s;inline=remote", rate, st.spool, unwind);
-    if (seed && cl > 0 && (size_t)cl < sizeof config) snprintf(config + cl, sizeof config - (size_t)cl, ";seed=%llu", seed);
-    rc = mlz__call_entry(&s.r, l.fn_attach, config, &ret, timeout_ms * 4);
-    if (rc) goto fail;
+     * write their jumps afterwards, every thread stopped (inline.c) */
+    int cl = snprintf(config, sizeof config, "rate=%llu;spool=%s;unwind=%s;inline=remote", a->rate, x->st.spool, a->unwind);
+    if (a->seed && cl > 0 && (size_t)cl < sizeof config)
+        snprintf(config + cl, sizeof config - (size_t)cl, ";seed=%llu", a->seed);
+    if ((rc = mlz__call_entry(&x->s.r, x->l.fn_attach, config, &ret, a->o.timeout_ms * 4))) return rc;
     if (ret < 0) {
         char msg[256];
-        mlz__payload_strerror(&s.r, &l, ret, msg, sizeof msg);
+        mlz__payload_strerror(&x->s.r, &x->l, ret, msg, sizeof msg);
         if (ret == EALREADY_CODE) mlz__err("process %d (%s) is already attached: run memlyze-detach %d first",
-                                           (int)pid, t.comm, (int)pid);
+                                           (int)pid, x->t.comm, (int)pid);
         else mlz__err("the payload could not start in %d: %s", (int)pid, msg);
-        rc = MLZ_INJ_ESTATE;
-        goto fail;
+        return MLZ_INJ_ESTATE;
     }
     mlz__note("memlyze_attach returned %d", ret);
-    int modules, slots;
-    mlz__payload_stats(&s.r, &l, &modules, &slots);
-    struct memlyze_inline_site sites[MEMLYZE_INLINE_SITES_MAX];
-    char site_names[MEMLYZE_INLINE_SITES_MAX][32];
-    int nsites = mlz__inline_fetch(&s.r, &l, sites, MEMLYZE_INLINE_SITES_MAX, site_names);
-    mlz__note("inline hooks prepared by the payload: %d%s", nsites < 0 ? 0 : nsites,
-              nsites < 0 ? " (could not be read)" : "");
-    if (nsites < 0) nsites = 0;
-    if ((rc = mlz__state_commit(&st))) goto fail;
-    rc = mlz__session_end(&s);
-    in_session = 0;
-    if (rc) {
-        mlz__err("attached, but a thread of %d could not be restored", (int)pid);
-        goto fail2;
-    }
-    int ninline = mlz__inline_write(pid, sites, nsites, timeout_ms, (const char (*)[32])site_names);
-    if (ninline < nsites)
+    mlz__payload_stats(&x->s.r, &x->l, &x->modules, &x->slots);
+    x->nsites = mlz__inline_fetch(&x->s.r, &x->l, x->sites, MEMLYZE_INLINE_SITES_MAX, x->site_names);
+    mlz__note("inline hooks prepared by the payload: %d%s", x->nsites < 0 ? 0 : x->nsites,
+              x->nsites < 0 ? " (could not be read)" : "");
+    if (x->nsites < 0) x->nsites = 0;
+    return mlz__state_commit(&x->st);
+}
+
+/* The jumps of the inline hooks the payload prepared, all threads stopped. */
+static void write_inline_hooks(const attach_args *a, attach_run *x)
+{
+    int n = mlz__inline_write(a->pid, x->sites, x->nsites, a->o.timeout_ms, (const char (*)[32])x->site_names);
+    if (n < x->nsites)
         fprintf(stderr, "memlyze-attach: warning: %d of %d inline hooks written (%s); those allocators' direct calls are not seen\n",
-                ninline, nsites, mlz__errmsg()[0] ? mlz__errmsg() : "their code changed");
-    else if (nsites && !quiet)
-        printf("memlyze: %d inline hooks on allocators the GOT never sees\n", ninline);
+                n, x->nsites, mlz__errmsg()[0] ? mlz__errmsg() : "their code changed");
+    else if (x->nsites && !a->o.quiet)
+        printf("memlyze: %d inline hooks on allocators the GOT never sees\n", n);
+}
+
+int main(int argc, char **argv)
+{
+    static attach_args a = { .o = { NULL, 5000, 15, 0, 0 }, .rate = 512 * 1024, .unwind = "dwarf" };
+    static attach_run x;
+    int code, rc;
+    if (parse_args(argc, argv, &a, &code)) return code;
+
+    mlz__note("start");
+    if ((rc = check_target(&a, &x))) goto fail;
+    uint64_t t0 = mlz__now_us();
+    if ((rc = start_payload(&a, &x))) goto fail;
+    rc = mlz__session_end(&x.s);
+    x.in_session = 0;
+    if (rc) {
+        mlz__err("attached, but a thread of %d could not be restored", (int)a.pid);
+        goto report;
+    }
+    write_inline_hooks(&a, &x);
     uint64_t total = mlz__now_us() - t0;
-    if (!quiet)
+    if (!a.o.quiet)
         printf("memlyze: attached to %d (%s): %d modules, %d slots patched (payload %s), rate %llu B%s, "
                "output %s, target paused %.2f ms (thread %d lent %.2f ms, total %.2f ms)\n",
-               (int)pid, t.comm, modules, slots, l.reused ? "reused" : "loaded", rate, rate == 1 ? " (exact)" : "", st.output,
-               s.pause_all_us / 1000.0, (int)s.r.tid, s.lend_us / 1000.0, total / 1000.0);
+               (int)a.pid, x.t.comm, x.modules, x.slots, x.l.reused ? "reused" : "loaded", a.rate,
+               a.rate == 1 ? " (exact)" : "", x.st.output, x.s.pause_all_us / 1000.0, (int)x.s.r.tid,
+               x.s.lend_us / 1000.0, total / 1000.0);
     return 0;
 
 fail:
-    if (in_session) mlz__session_end(&s);
-    if (st.dir_ours[0]) mlz__state_abort(&st);
-fail2:
+    if (x.in_session) mlz__session_end(&x.s);
+    if (x.st.dir_ours[0]) mlz__state_abort(&x.st);
+report:
     fprintf(stderr, "memlyze-attach: %s\n", mlz__errmsg()[0] ? mlz__errmsg() : "failed");
     return 1;
 }
