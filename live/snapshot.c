@@ -35,27 +35,31 @@
 #include <unistd.h>
 
 /* Entries in birth order (the event stream needs non-negative deltas): an
- * LSD radix sort of (time, index) pairs, 11 bits a pass. For 10^6 entries
- * it is ~10x faster than qsort over the 64-byte entries. */
+ * LSD radix sort of (time, index) pairs, 11 bits a pass, then one gather
+ * into a new array that replaces *v. A pass whose digit is the same for
+ * every key moves nothing and is skipped: times of one process share their
+ * high bits. For 10^6 entries it is ~10x faster than qsort. */
 typedef struct { uint64_t t; uint32_t i; } tkey;
 
-static int sort_by_time(snap_obj *v, size_t n)
+static int sort_by_time(snap_obj **v, size_t n)
 {
     tkey *a = malloc(n * sizeof *a), *b = malloc(n * sizeof *b);
-    snap_obj *out = malloc(n * sizeof *out);
+    snap_obj *out = malloc((n ? n : 1) * sizeof *out);
     if (!a || !b || !out) { free(a); free(b); free(out); return -1; }
-    for (size_t i = 0; i < n; i++) a[i] = (tkey){ v[i].time_ns, (uint32_t)i };
+    for (size_t i = 0; i < n; i++) a[i] = (tkey){ (*v)[i].time_ns, (uint32_t)i };
     for (int shift = 0; shift < 64; shift += 11) {
         size_t count[2049] = { 0 };
         for (size_t i = 0; i < n; i++) count[((a[i].t >> shift) & 2047) + 1]++;
-        if (count[1] == n) continue;    /* every key has this digit 0 */
+        if (n && count[((a[0].t >> shift) & 2047) + 1] == n) continue;
         for (int d = 0; d < 2048; d++) count[d + 1] += count[d];
         for (size_t i = 0; i < n; i++) b[count[(a[i].t >> shift) & 2047]++] = a[i];
         tkey *x = a; a = b; b = x;
     }
-    for (size_t i = 0; i < n; i++) out[i] = v[a[i].i];
-    memcpy(v, out, n * sizeof *v);
-    free(a); free(b); free(out);
+    for (size_t i = 0; i < n; i++) out[i] = (*v)[a[i].i];
+    free(*v);
+    *v = out;
+    free(a);
+    free(b);
     return 0;
 }
 
@@ -76,20 +80,18 @@ static void decode_entry(const struct memlyze_info *in, const uint8_t *raw, mlz_
     memcpy(&e->check, raw + in->entry_check, 8);
 }
 
-int mlz_live_read(pid_t pid, mlz_live_heap *h, char *err, size_t errlen)
-{
-    int rc = -1;
-    mlz_proc_module *mods = NULL, pay;
-    size_t nmods = 0;
-    uint8_t *slots = NULL;
-    snap_obj *live = NULL;
-    mlz_raw_stack *stacks = NULL;
-    size_t nst = 0, cst = 64;
-    mlz_raw_module *rmods = NULL;
-    memset(h, 0, sizeof *h);
-    snapshot_stats *st = &h->st;
+/* The payload's globals, read once through its descriptor. */
+typedef struct live_globals {
+    int ready;
+    uint32_t next_id;
+    uint64_t rate, mono2real, session, slots_addr, mask, recs, frames;
+} live_globals;
 
-    /* -2: the target is gone or no longer profiled; -1: anything else. */
+/* Finds the payload in pid and copies its descriptor. 0, or the return
+ * value of mlz_live_read with the reason in err. */
+static int find_payload(pid_t pid, struct memlyze_info *in, char *err, size_t errlen)
+{
+    mlz_proc_module pay;
     if (kill(pid, 0) && errno == ESRCH) return errbuf_set(err, errlen, "no process %d", (int)pid) - 1;
     int prc = mlz_proc_payload_find(pid, &pay);
     if (prc == MLZ_PROC_ENOENT) {
@@ -107,155 +109,197 @@ int mlz_live_read(pid_t pid, mlz_live_heap *h, char *err, size_t errlen)
         return errbuf_set(err, errlen, "%s", mlz_proc_error());
     }
     uint64_t info_addr;
-    struct memlyze_info in;
-    if ((prc = mlz_proc_payload_info(pid, &pay, &in, &info_addr))) {
+    if ((prc = mlz_proc_payload_info(pid, &pay, in, &info_addr))) {
         if (prc == MLZ_PROC_EIO)
             return errbuf_set(err, errlen, "cannot read process %d's memory: %s (same user or CAP_SYS_PTRACE needed)", (int)pid,
                         strerror(errno));
         return errbuf_set(err, errlen, "%s", mlz_proc_error());
     }
-    /* The modules, for symbolization. */
+    return 0;
+}
+
+static int read_globals(pid_t pid, const struct memlyze_info *in, live_globals *g, char *err, size_t errlen)
+{
+    if (!memlyze_info_readable(in))
+        return errbuf_set(err, errlen, "process %d runs a payload with a different data layout (version %u); use the matching memlyze",
+                          (int)pid, in->version);
+    if (mlz_proc_read(pid, in->ready_addr, &g->ready, sizeof g->ready) || get_u64(pid, in->rate_addr, &g->rate) ||
+        get_u64(pid, in->mono_to_real_addr, &g->mono2real) || get_u64(pid, in->session_addr, &g->session) ||
+        get_u64(pid, in->map_slots_addr, &g->slots_addr) || get_u64(pid, in->map_mask_addr, &g->mask) ||
+        get_u64(pid, in->stack_recs_addr, &g->recs) || get_u64(pid, in->stack_frames_addr, &g->frames) ||
+        mlz_proc_read(pid, in->stack_next_id_addr, &g->next_id, 4))
+        return errbuf_set(err, errlen, "cannot read process %d's memory: %s", (int)pid, strerror(errno));
+    if (!g->ready || !g->slots_addr) return errbuf_set(err, errlen, "memlyze is loaded in process %d but not attached", (int)pid) - 1;
+    if (g->mask >> in->map_log2_max) return errbuf_set(err, errlen, "implausible heap map size in process %d", (int)pid);
+    return 0;
+}
+
+/* One consistent entry at slot i (raw is its copy), read again up to three
+ * times while it is mid-insert or mid-remove. 1 if e holds a live entry. */
+static int settle_entry(pid_t pid, const struct memlyze_info *in, uint64_t at, const uint8_t *raw, mlz_heap_entry *e,
+                        snapshot_stats *st)
+{
+    decode_entry(in, raw, e);
+    uint64_t k = atomic_load(&e->key);
+    int tries = 0;
+    while (!mlz_heap_entry_consistent(e) && tries < 3) {
+        uint8_t again[MEMLYZE_RECORD_SIZE_MAX];
+        tries++;
+        if (mlz_proc_read(pid, at, again, in->entry_size)) break;
+        decode_entry(in, again, e);
+        k = atomic_load(&e->key);
+        if (k == MLZ_HEAP_EMPTY || k == MLZ_HEAP_TOMBSTONE) return 0;
+    }
+    if (!mlz_heap_entry_consistent(e)) {
+        st->skipped++;
+        return 0;
+    }
+    st->retried += tries > 0;
+    return 1;
+}
+
+/* Copies the map in 4 MiB pieces while the program runs, keeping only what
+ * a snapshot needs of each consistent entry. Most slots are empty: their
+ * key is looked at before anything else is decoded. */
+static int copy_map(pid_t pid, const struct memlyze_info *in, const live_globals *g, mlz_live_heap *h,
+                    char *err, size_t errlen)
+{
+    size_t cap = (size_t)g->mask + 1, esz = in->entry_size, per = (4u << 20) / esz, lcap = 4096, nlive = 0;
+    uint8_t *slots = malloc(per * esz);
+    snap_obj *live = malloc(lcap * sizeof *live);
+    int rc = 0;
+    if (!slots || !live) rc = errbuf_set(err, errlen, "out of memory");
+    for (size_t i = 0; !rc && i < cap; i++) {
+        if (i % per == 0) {
+            size_t cnt = cap - i < per ? cap - i : per;
+            if (mlz_proc_read(pid, g->slots_addr + i * esz, slots, cnt * esz)) {
+                rc = errbuf_set(err, errlen, "process %d went away or unmapped its heap map", (int)pid) - 1;
+                break;
+            }
+        }
+        const uint8_t *raw = slots + (i % per) * esz;
+        uint64_t k;
+        memcpy(&k, raw + in->entry_key, 8);
+        if (k == MLZ_HEAP_EMPTY || k == MLZ_HEAP_TOMBSTONE) continue;
+        mlz_heap_entry e;
+        if (!settle_entry(pid, in, g->slots_addr + i * esz, raw, &e, &h->st)) continue;
+        if (nlive == lcap) {
+            snap_obj *nv = realloc(live, 2 * lcap * sizeof *nv);
+            if (!nv) { rc = errbuf_set(err, errlen, "out of memory"); break; }
+            live = nv;
+            lcap *= 2;
+        }
+        live[nlive++] = (snap_obj){ atomic_load(&e.key), e.size, e.time_ns, e.stack_id, e.tid };
+    }
+    free(slots);
+    if (!rc && sort_by_time(&live, nlive)) rc = errbuf_set(err, errlen, "out of memory");
+    if (rc) {
+        free(live);
+        return rc;
+    }
+    h->obj = live;
+    h->nobj = h->st.live = nlive;
+    return 0;
+}
+
+/* The PCs of stack id of the payload's table into pcs (room for 256);
+ * its depth, or -1 if it cannot be read. */
+static int read_stack(pid_t pid, const struct memlyze_info *in, const live_globals *g, uint64_t id, uint64_t *pcs)
+{
+    uint8_t rec[256];
+    uint32_t ready = 0, depth = 0;
+    uint64_t foff = 0;
+    if (in->rec_size <= sizeof rec && !mlz_proc_read(pid, g->recs + id * in->rec_size, rec, in->rec_size)) {
+        memcpy(&ready, rec + in->rec_ready, 4);
+        memcpy(&depth, rec + in->rec_depth, 4);
+        memcpy(&foff, rec + in->rec_frames_offset, 8);
+    }
+    if (ready != 1 || depth > in->max_frames || depth > 256 || mlz_proc_read(pid, g->frames + foff * 8, pcs, depth * 8))
+        return -1;
+    return (int)depth;
+}
+
+/* The stacks the objects name, read once each; ids we cannot read (and 0,
+ * "none") share one empty stack. */
+static int read_stacks(pid_t pid, const struct memlyze_info *in, const live_globals *g, mlz_live_heap *h)
+{
+    uint64_t empty_id = (uint64_t)g->next_id + 1;
+    size_t cst = 64, nst = 0;
+    uint32_t *slot_of = calloc((size_t)g->next_id + 2, sizeof *slot_of);   /* id -> stacks index + 1 */
+    mlz_raw_stack *stacks = malloc(cst * sizeof *stacks);
+    int rc = slot_of && stacks ? 0 : -1;
+    for (size_t i = 0; !rc && i < h->nobj; i++) {
+        snap_obj *o = &h->obj[i];
+        uint64_t id = o->stack_id, pcs[256];
+        if (id == 0 || id >= g->next_id) { o->stack_id = (uint32_t)empty_id; id = empty_id; }
+        if (slot_of[id]) continue;
+        int depth = id == empty_id ? 0 : read_stack(pid, in, g, id, pcs);
+        if (depth < 0) {
+            o->stack_id = (uint32_t)empty_id;   /* unreadable: the empty stack */
+            h->st.no_stack++;
+            if (slot_of[empty_id]) continue;
+            id = empty_id;
+            depth = 0;
+        }
+        if (nst == cst) {
+            mlz_raw_stack *nv = realloc(stacks, 2 * cst * sizeof *nv);
+            if (!nv) { rc = -1; break; }
+            stacks = nv;
+            cst *= 2;
+        }
+        stacks[nst] = (mlz_raw_stack){ id, (uint32_t)depth, malloc((depth ? (size_t)depth : 1) * 8), 0 };
+        if (!stacks[nst].pcs) { rc = -1; break; }
+        memcpy(stacks[nst].pcs, pcs, (size_t)depth * 8);
+        slot_of[id] = (uint32_t)++nst;
+    }
+    free(slot_of);
+    h->stacks = stacks;     /* freed with h, also on failure */
+    h->nstacks = nst;
+    h->empty_id = (uint32_t)empty_id;
+    return rc;
+}
+
+/* The process's modules, for symbolization; h owns them. */
+static int copy_modules(pid_t pid, mlz_live_heap *h, char *err, size_t errlen)
+{
+    mlz_proc_module *mods;
+    size_t nmods;
     if (mlz_proc_modules(pid, &mods, &nmods)) {
         if (kill(pid, 0) && errno == ESRCH) return errbuf_set(err, errlen, "no process %d", (int)pid) - 1;
         return errbuf_set(err, errlen, "%s", mlz_proc_error());
     }
-    if (!memlyze_info_readable(&in)) {
-        errbuf_set(err, errlen, "process %d runs a payload with a different data layout (version %u); use the matching memlyze",
-             (int)pid, in.version);
-        goto out;
-    }
-    int ready = 0;
-    uint64_t rate = 0, mono2real = 0, session = 0, slots_addr = 0, mask = 0, recs = 0, frames = 0;
-    uint32_t next_id = 0;
-    if (mlz_proc_read(pid, in.ready_addr, &ready, sizeof ready) || get_u64(pid, in.rate_addr, &rate) ||
-        get_u64(pid, in.mono_to_real_addr, &mono2real) || get_u64(pid, in.session_addr, &session) || get_u64(pid, in.map_slots_addr, &slots_addr) ||
-        get_u64(pid, in.map_mask_addr, &mask) || get_u64(pid, in.stack_recs_addr, &recs) ||
-        get_u64(pid, in.stack_frames_addr, &frames) || mlz_proc_read(pid, in.stack_next_id_addr, &next_id, 4)) {
-        errbuf_set(err, errlen, "cannot read process %d's memory: %s", (int)pid, strerror(errno));
-        goto out;
-    }
-    if (!ready || !slots_addr) { rc = errbuf_set(err, errlen, "memlyze is loaded in process %d but not attached", (int)pid) - 1; goto out; }
-    if (mask >> in.map_log2_max) { errbuf_set(err, errlen, "implausible heap map size in process %d", (int)pid); goto out; }
-
-    /* Copy the map in 1 MiB pieces while the program runs, keeping only
-     * what a snapshot needs of each consistent entry. */
-    size_t cap = (size_t)mask + 1, esz = in.entry_size, per = (1u << 20) / esz;
-    slots = malloc(per * esz);
-    size_t lcap = 4096, nlive = 0;
-    live = malloc(lcap * sizeof *live);
-    if (!slots || !live) { errbuf_set(err, errlen, "out of memory"); goto out; }
-    for (size_t i = 0; i < cap; i++) {
-        if (i % per == 0) {
-            size_t cnt = cap - i < per ? cap - i : per;
-            if (mlz_proc_read(pid, slots_addr + i * esz, slots, cnt * esz)) {
-                rc = errbuf_set(err, errlen, "process %d went away or unmapped its heap map", (int)pid) - 1;
-                goto out;
-            }
-        }
-        mlz_heap_entry e;
-        decode_entry(&in, slots + (i % per) * esz, &e);
-        uint64_t k = atomic_load(&e.key);
-        if (k == MLZ_HEAP_EMPTY || k == MLZ_HEAP_TOMBSTONE) continue;
-        int tries = 0;
-        while (!mlz_heap_entry_consistent(&e) && tries < 3) {
-            /* Mid-insert or mid-remove: look again. */
-            uint8_t raw[4096];
-            tries++;
-            if (mlz_proc_read(pid, slots_addr + i * esz, raw, esz)) break;
-            decode_entry(&in, raw, &e);
-            k = atomic_load(&e.key);
-            if (k == MLZ_HEAP_EMPTY || k == MLZ_HEAP_TOMBSTONE) break;
-        }
-        if (!mlz_heap_entry_consistent(&e)) {
-            if (k != MLZ_HEAP_EMPTY && k != MLZ_HEAP_TOMBSTONE) st->skipped++;
-            continue;
-        }
-        st->retried += tries > 0;
-        if (nlive == lcap) {
-            snap_obj *nv = realloc(live, 2 * lcap * sizeof *nv);
-            if (!nv) { errbuf_set(err, errlen, "out of memory"); goto out; }
-            live = nv;
-            lcap *= 2;
-        }
-        live[nlive++] = (snap_obj){ k, e.size, e.time_ns, e.stack_id, e.tid };
-    }
-    st->live = nlive;
-    if (sort_by_time(live, nlive)) { errbuf_set(err, errlen, "out of memory"); goto out; }
-
-    /* The stacks the entries name, read once each; ids we cannot read (and
-     * 0, "none") share one empty stack. */
-    uint64_t empty_id = (uint64_t)next_id + 1;
-    uint32_t *slot_of = calloc((size_t)next_id + 2, sizeof *slot_of);   /* id -> stacks index + 1 */
-    stacks = malloc(cst * sizeof *stacks);
-    if (!slot_of || !stacks) { free(slot_of); errbuf_set(err, errlen, "out of memory"); goto out; }
-    for (size_t i = 0; i < nlive; i++) {
-        uint64_t id = live[i].stack_id;
-        if (id == 0 || id >= next_id) { live[i].stack_id = (uint32_t)empty_id; id = empty_id; }
-        if (slot_of[id]) continue;
-        uint64_t pcs[256];
-        uint32_t ready = 0, depth = 0;
-        uint64_t foff = 0;
-        if (id != empty_id) {
-            uint8_t rec[256];
-            if (in.rec_size <= sizeof rec && !mlz_proc_read(pid, recs + id * in.rec_size, rec, in.rec_size)) {
-                memcpy(&ready, rec + in.rec_ready, 4);
-                memcpy(&depth, rec + in.rec_depth, 4);
-                memcpy(&foff, rec + in.rec_frames_offset, 8);
-            }
-            if (ready != 1 || depth > in.max_frames || depth > 256 || mlz_proc_read(pid, frames + foff * 8, pcs, depth * 8)) {
-                live[i].stack_id = (uint32_t)empty_id;   /* unreadable: the empty stack */
-                st->no_stack++;
-                if (slot_of[empty_id]) continue;
-                id = empty_id;
-                depth = 0;
-            }
-        }
-        if (nst == cst) {
-            mlz_raw_stack *nv = realloc(stacks, 2 * cst * sizeof *nv);
-            if (!nv) { free(slot_of); errbuf_set(err, errlen, "out of memory"); goto out; }
-            stacks = nv;
-            cst *= 2;
-        }
-        stacks[nst] = (mlz_raw_stack){ id, id == empty_id ? 0 : depth, malloc((depth ? depth : 1) * 8), 0 };
-        if (!stacks[nst].pcs) { free(slot_of); errbuf_set(err, errlen, "out of memory"); goto out; }
-        memcpy(stacks[nst].pcs, pcs, (size_t)stacks[nst].depth * 8);
-        slot_of[id] = (uint32_t)++nst;
-    }
-    free(slot_of);
-
-    rmods = calloc(nmods ? nmods : 1, sizeof *rmods);
-    if (!rmods) { errbuf_set(err, errlen, "out of memory"); goto out; }
-    for (size_t i = 0; i < nmods; i++) {
-        rmods[i] = (mlz_raw_module){ mods[i].start, mods[i].end - mods[i].start, mods[i].bias, { 0 },
-                                     mods[i].build_id_len, mods[i].path };
-        memcpy(rmods[i].build_id, mods[i].build_id, mods[i].build_id_len);
-    }
-
-    h->pid = pid;
-    h->rate = rate;
-    h->mono2real = mono2real;
-    h->session = session;
-    h->obj = live;
-    h->nobj = nlive;
-    h->stacks = stacks;
-    h->nstacks = nst;
-    h->empty_id = empty_id;
-    h->mods = rmods;
-    h->nmods = nmods;
     h->pm = mods;
-    live = NULL;
-    stacks = NULL;
-    rmods = NULL;
-    mods = NULL;
-    rc = 0;
-out:
-    for (size_t i = 0; stacks && i < nst; i++) free(stacks[i].pcs);
-    free(stacks);
-    free(mods);
-    free(slots);
-    free(live);
-    free(rmods);
-    return rc;
+    h->mods = calloc(nmods ? nmods : 1, sizeof *h->mods);
+    if (!h->mods) return errbuf_set(err, errlen, "out of memory");
+    h->nmods = nmods;
+    for (size_t i = 0; i < nmods; i++) {
+        h->mods[i] = (mlz_raw_module){ mods[i].start, mods[i].end - mods[i].start, mods[i].bias, { 0 },
+                                       mods[i].build_id_len, mods[i].path };
+        memcpy(h->mods[i].build_id, mods[i].build_id, mods[i].build_id_len);
+    }
+    return 0;
+}
+
+int mlz_live_read(pid_t pid, mlz_live_heap *h, char *err, size_t errlen)
+{
+    struct memlyze_info in;
+    live_globals g = { 0 };
+    memset(h, 0, sizeof *h);
+    h->pid = pid;
+    int rc = find_payload(pid, &in, err, errlen);
+    if (!rc) rc = copy_modules(pid, h, err, errlen);
+    if (!rc) rc = read_globals(pid, &in, &g, err, errlen);
+    if (!rc) rc = copy_map(pid, &in, &g, h, err, errlen);
+    if (!rc && read_stacks(pid, &in, &g, h)) rc = errbuf_set(err, errlen, "out of memory");
+    if (rc) {
+        mlz_live_free(h);
+        memset(h, 0, sizeof *h);
+        return rc;
+    }
+    h->rate = g.rate;
+    h->mono2real = g.mono2real;
+    h->session = g.session;
+    return 0;
 }
 
 void mlz_live_free(mlz_live_heap *h)
