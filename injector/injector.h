@@ -308,10 +308,11 @@ int mlz__inline_fetch(mlz_remote *r, const mlz_loaded *l, struct memlyze_inline_
                       char (*names)[32]);
 /* After the session: stop every thread, wait (letting them run 1 ms at a
  * time, up to timeout_ms) until no PC is inside a site's range, write the
- * jumps whose bytes are still the originals. Returns how many were written. */
+ * jumps whose bytes are still the originals. Returns how many were written;
+ * *paused_us is how long every thread was held. */
+int mlz__inline_write(pid_t pid, const struct memlyze_inline_site *s, int n, int timeout_ms,
+                      const char (*names)[32], uint64_t *paused_us);
 /* (session.c) epoll_wait/semop that our stop made return -EINTR: issue again. */
 void mlz__undo_eintr(mlz_tgroup *g);
-int mlz__inline_write(pid_t pid, const struct memlyze_inline_site *s, int n, int timeout_ms,
-                      const char (*names)[32]);
 
 #endif

@@ -54,8 +54,9 @@ static pid_t inside(const mlz_tgroup *g, const struct memlyze_inline_site *s, in
 }
 
 int mlz__inline_write(pid_t pid, const struct memlyze_inline_site *s, int n, int timeout_ms,
-                      const char (*names)[32])
+                      const char (*names)[32], uint64_t *paused_us)
 {
+    *paused_us = 0;
     if (n <= 0) return 0;
     sigset_t b, old;
     sigemptyset(&b);
@@ -93,6 +94,7 @@ int mlz__inline_write(pid_t pid, const struct memlyze_inline_site *s, int n, int
     }
     mlz__undo_eintr(&g);
     mlz__threads_detach_all(&g, 0);
+    *paused_us = g.paused_us;
     mlz__threads_free(&g);
     sigprocmask(SIG_SETMASK, &old, NULL);
     return written;
