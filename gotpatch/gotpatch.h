@@ -62,7 +62,18 @@ typedef struct mlz_got_hook {
     const char *name;
     void *hook;
     void *real;
+    /* Optional: the definition itself (a symbol the dynamic symbol tables
+     * do not export, found by the caller in a .symtab), 0 to resolve name. */
+    uintptr_t fn;
+    size_t fn_size;               /* its size, 0 if unknown */
+    unsigned flags;               /* MLZ_GOT_HOOK_* */
 } mlz_got_hook;
+
+/* An allocator other than the standard names (je_malloc, tc_free...): an
+ * inline hook is prepared under the same rule as for malloc. */
+#define MLZ_GOT_HOOK_ALLOC  1u
+/* Asked for by name (--hook): an inline hook wherever it is defined. */
+#define MLZ_GOT_HOOK_INLINE 2u
 
 /* Relocation kinds of a slot. */
 enum { MLZ_GOT_JUMP_SLOT, MLZ_GOT_GLOB_DAT, MLZ_GOT_ABS64, MLZ_GOT_NKINDS };
@@ -253,8 +264,11 @@ MLZ_EXPORT int mlz_got_format_report(const mlz_got_blindspot_report *r, char *bu
  * in the main executable, or in another module (not libc, not ld.so) that
  * calls it directly, prepare an inline hook (see inline.h): the entry gets a
  * jump to the hook, and hooks[i].real becomes the trampoline, so the hook
- * calls the original function. Nothing is written yet. Returns how many were
- * prepared; refusals are kept with their reason for the report. Once.
+ * calls the original function. Hooks flagged MLZ_GOT_HOOK_ALLOC follow the
+ * same rule, MLZ_GOT_HOOK_INLINE ones are prepared wherever they are. Nothing
+ * is written yet. Returns how many were prepared; refusals are kept with
+ * their reason for the report. Each hook is examined once per process; after
+ * a new mlz_got_init the earlier trampolines become hooks[i].real again.
  */
 MLZ_EXPORT int mlz_got_inline_prepare(void);
 

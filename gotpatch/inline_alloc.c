@@ -11,6 +11,9 @@
  *  - in another module that has a direct call/jmp rel32 to it,
  * never in libc.so.6 or ld.so: glibc's own callers go through its GOT
  * (gotpatch/NOTES.md), and its internal direct calls are the allocator's own.
+ * The same rule covers other allocators' entry points the caller flags
+ * (MLZ_GOT_HOOK_ALLOC: je_malloc, tc_free...); a function asked for by name
+ * (MLZ_GOT_HOOK_INLINE, --hook) is hooked wherever it is.
  * With the jump in place, GOT slots bound to the function are left alone
  * (patch.c, MLZ_GOT_LEFT_INLINE): each call passes the hook once.
  */
@@ -24,7 +27,7 @@
 static mlz_inline inl[MLZ_GOT_MAX_HOOKS];
 static const char *inl_module[MLZ_GOT_MAX_HOOKS];
 static uint8_t tried[MLZ_GOT_MAX_HOOKS];     /* 1: candidate examined (prepared or refused) */
-static int prepared_once;
+static uint8_t alias_of[MLZ_GOT_MAX_HOOKS];  /* k + 1: the same function, hooked as k */
 
 struct find { uintptr_t addr; const char *name; int index; uintptr_t size; const char *module; int candidate; };
 
@@ -57,23 +60,53 @@ static int find_cb(struct dl_phdr_info *info, size_t size, void *arg)
     return 1;
 }
 
+/* The module holding addr, for the report ("" is the main executable). */
+static int module_cb(struct dl_phdr_info *info, size_t size, void *arg)
+{
+    (void)size;
+    struct find *f = arg;
+    int main_exe = f->index++ == 0;
+    mlz__dyn d;
+    if (mlz__dyn_parse(info, &d) != 0 || !mlz__in_module(&d, f->addr)) return 0;
+    f->module = mlz__strdup_arena(main_exe || !info->dlpi_name ? "" : info->dlpi_name);
+    return 1;
+}
+
+/* Whether hook i is a candidate, with its size and module in *f. */
+static int candidate(size_t i, uintptr_t real, struct find *f)
+{
+    const mlz_got_hook *h = &mlz__got.user_hooks[i];
+    *f = (struct find){ .addr = real, .name = mlz__got.name[i] };
+    if (h->flags & MLZ_GOT_HOOK_INLINE) {   /* asked for by name: wherever it is */
+        dl_iterate_phdr(module_cb, f);
+        f->size = h->fn_size;
+        return 1;
+    }
+    if (!mlz__is_alloc_name(mlz__got.name[i]) && !(h->flags & MLZ_GOT_HOOK_ALLOC)) return 0;
+    dl_iterate_phdr(find_cb, f);
+    if (h->fn_size) f->size = h->fn_size;
+    return f->candidate;
+}
+
 int mlz_got_inline_prepare(void)
 {
     if (!__atomic_load_n(&mlz__got.initialised, __ATOMIC_ACQUIRE)) return MLZ_GOT_ESTATE;
-    if (prepared_once) return MLZ_GOT_ESTATE;
-    prepared_once = 1;
     int n = 0;
     for (size_t i = 0; i < mlz__got.nhooks; i++) {
         uintptr_t real = mlz__got.real[i];
-        if (!real || !mlz__is_alloc_name(mlz__got.name[i])) continue;
+        if (alias_of[i]) continue;
+        if (tried[i]) {   /* examined at an earlier attach: the same trampoline */
+            if (inl[i].state) mlz__got.user_hooks[i].real = inl[i].trampoline, n++;
+            continue;
+        }
+        if (!real) continue;
         /* an alias already hooked under another name (malloc == je_malloc) */
         int dup = 0;
-        for (size_t k = 0; k < i; k++)
-            if (tried[k] && inl[k].fn == real) dup = 1;
+        for (size_t k = 0; k < mlz__got.nhooks && !dup; k++)
+            if (k != i && tried[k] && inl[k].fn == real) dup = 1, alias_of[i] = (uint8_t)(k + 1);
         if (dup) continue;
-        struct find f = { .addr = real, .name = mlz__got.name[i] };
-        dl_iterate_phdr(find_cb, &f);
-        if (!f.candidate) continue;
+        struct find f;
+        if (!candidate(i, real, &f)) continue;
         tried[i] = 1;
         inl_module[i] = f.module;
         if (mlz_inline_prepare((void *)real, f.size, (void *)mlz__got.hook[i], &inl[i]) == 0) {
@@ -83,17 +116,32 @@ int mlz_got_inline_prepare(void)
             inl[i].fn = real;
         }
     }
+    /* An alias calls the original through the same trampoline: through the
+     * function itself it would meet our jump and be counted twice. */
+    for (size_t i = 0; i < mlz__got.nhooks; i++)
+        if (alias_of[i] && inl[alias_of[i] - 1].state)
+            mlz__got.user_hooks[i].real = inl[alias_of[i] - 1].trampoline;
     return n;
+}
+
+/* Slots of a name are left alone while its function carries our jump,
+ * also when the jump was prepared under an alias (tc_malloc == malloc). */
+static void mark_inlined(void)
+{
+    for (size_t i = 0; i < mlz__got.nhooks; i++) {
+        size_t k = alias_of[i] ? alias_of[i] - 1u : i;
+        atomic_store(&mlz__got.inlined[i], inl[k].state == MLZ_INLINE_INSTALLED);
+    }
 }
 
 int mlz_got_inline_install(void)
 {
     int n = 0;
     for (size_t i = 0; i < mlz__got.nhooks; i++) {
-        if (inl[i].state == MLZ_INLINE_PREPARED && mlz_inline_install(&inl[i]) == 0)
-            atomic_store(&mlz__got.inlined[i], 1);
+        if (inl[i].state == MLZ_INLINE_PREPARED) mlz_inline_install(&inl[i]);
         if (inl[i].state == MLZ_INLINE_INSTALLED) n++;
     }
+    mark_inlined();
     return n;
 }
 
@@ -109,8 +157,8 @@ int mlz_got_inline_remove(size_t *left)
         int rc = mlz_inline_remove(&inl[i]);
         if (rc == 0) n++;
         else if (left) (*left)++;
-        if (inl[i].state != MLZ_INLINE_INSTALLED) atomic_store(&mlz__got.inlined[i], 0);
     }
+    mark_inlined();
     return n;
 }
 

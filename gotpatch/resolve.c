@@ -123,8 +123,10 @@ static int canon_cb(struct dl_phdr_info *info, size_t size, void *arg)
 
 int mlz__resolve_reals(void)
 {
-    for (size_t i = 0; i < mlz__got.nhooks; i++)
-        mlz__got.real[i] = resolve_one(mlz__got.name[i]);
+    for (size_t i = 0; i < mlz__got.nhooks; i++) {
+        const mlz_got_hook *h = &mlz__got.user_hooks[i];
+        mlz__got.real[i] = h->fn ? h->fn : resolve_one(mlz__got.name[i]);
+    }
     mlz__got.real_dlopen = (void *(*)(const char *, int))resolve_one("dlopen");
     mlz__got.real_dlmopen = (void *(*)(long, const char *, int))resolve_one("dlmopen");
     mlz__got.real_dlclose = (int (*)(void *))resolve_one("dlclose");

@@ -17,7 +17,7 @@
 #define EALREADY_CODE (-114)           /* memlyze_attach: already attached */
 
 static const char usage[] =
-    "usage: memlyze-attach [-r BYTES] [-o FILE] [--unwind fp|dwarf] [-v|-q] PID\n"
+    "usage: memlyze-attach [-r BYTES] [-o FILE] [--unwind fp|dwarf] [--hook SYMBOL=KIND] [-v|-q] PID\n"
     "\n"
     "Loads the memlyze profiler into the running process PID (ptrace, no gdb)\n"
     "and starts sampling its allocations; `memlyze-detach PID` stops it and\n"
@@ -29,6 +29,10 @@ static const char usage[] =
     "                        built without frame pointers)\n"
     "      --timeout MS      give up waiting for a safe point after MS (default 5000)\n"
     "      --payload FILE    the library to load (default: next to this program)\n"
+    "      --hook SYMBOL=KIND  also profile the function SYMBOL (any module, exported or\n"
+    "                        not), an allocator of KIND: malloc, free, calloc, realloc,\n"
+    "                        memalign, aligned_alloc or posix_memalign (same arguments);\n"
+    "                        an inline hook on its entry; repeatable\n"
     "      --allow-seccomp   try even if the target runs under a seccomp filter\n"
     "      --hold MS         keep the other threads stopped at most MS while loading (default 15)\n"
     "      --thread TID      borrow this thread only (tests, debugging)\n"
@@ -50,6 +54,70 @@ static int parse_bytes(const char *s, unsigned long long *v)
     return 0;
 }
 
+#define MAX_HOOKS 16                 /* the payload's named hook slots */
+
+/* --hook SYMBOL=KIND, and where the symbol was found. */
+typedef struct hook_arg {
+    const char *symbol, *kind;
+    uint64_t addr, size;
+} hook_arg;
+
+static const char *const hook_kinds[] = { "malloc", "free", "calloc", "realloc", "memalign", "aligned_alloc",
+                                          "posix_memalign" };
+
+static int parse_hook(char *arg, hook_arg *h)
+{
+    char *eq = strrchr(arg, '=');
+    if (!eq || eq == arg) return -1;
+    *eq = 0;
+    h->symbol = arg;
+    h->kind = eq + 1;
+    for (size_t i = 0; i < sizeof hook_kinds / sizeof *hook_kinds; i++)
+        if (!strcmp(h->kind, hook_kinds[i])) return strlen(h->symbol) < 64 ? 0 : -1;
+    return -1;
+}
+
+/* Finds each --hook symbol among the target's modules (not ours): exactly
+ * one definition, or a one-line refusal. */
+static int resolve_hooks(pid_t pid, hook_arg *h, int n)
+{
+    mlz_proc_module *mods;
+    size_t nmods;
+    if (n == 0) return 0;
+    if (mlz_proc_modules(pid, &mods, &nmods)) {
+        mlz__err("cannot read the modules of %d: %s", (int)pid, mlz_proc_error());
+        return MLZ_INJ_EIO;
+    }
+    int rc = 0;
+    for (int k = 0; k < n && !rc; k++) {
+        const char *where = NULL;
+        for (size_t i = 0; i < nmods && !rc; i++) {
+            mlz_proc_sym s;
+            if (mods[i].path[0] != '/' || mlz_proc_is_payload(mods[i].path)) continue;
+            int e = mlz_proc_func(pid, &mods[i], h[k].symbol, &s);
+            if (e == MLZ_PROC_EAMBIG) {
+                mlz__err("--hook %s: %s", h[k].symbol, mlz_proc_error());
+                rc = MLZ_INJ_EREFUSE;
+            } else if (e == 0 && where && s.addr != h[k].addr) {
+                mlz__err("--hook %s: defined in both %s and %s", h[k].symbol, where, mods[i].path);
+                rc = MLZ_INJ_EREFUSE;
+            } else if (e == 0) {
+                where = mods[i].path;
+                h[k].addr = s.addr;
+                h[k].size = s.size;
+            }
+        }
+        if (!rc && !where) {
+            mlz__err("--hook %s: no function of that name in process %d", h[k].symbol, (int)pid);
+            rc = MLZ_INJ_EREFUSE;
+        }
+        if (!rc) mlz__note("--hook %s: %s at 0x%llx (%llu bytes) in %s", h[k].symbol, h[k].kind,
+                           (unsigned long long)h[k].addr, (unsigned long long)h[k].size, where);
+    }
+    free(mods);
+    return rc;
+}
+
 /* What the command line asked for. */
 typedef struct attach_args {
     mlz_cli o;
@@ -58,6 +126,8 @@ typedef struct attach_args {
     char payload[PATH_MAX];
     int flags;                       /* MLZ_PRE_* for the preflight */
     pid_t pid;
+    hook_arg hooks[MAX_HOOKS];
+    int nhooks;
 } attach_args;
 
 /* What one attach found and did, for the summary line. */
@@ -77,11 +147,11 @@ static int parse_args(int argc, char **argv, attach_args *a, int *exit_code)
 {
     const char *bad;
     int c;
-    enum { O_UNWIND = MLZ_OPT_FIRST_OWN, O_PAYLOAD, O_SECCOMP, O_SEED };
+    enum { O_UNWIND = MLZ_OPT_FIRST_OWN, O_PAYLOAD, O_SECCOMP, O_SEED, O_HOOK };
     static const struct option opts[] = {
         { "rate", required_argument, 0, 'r' }, { "unwind", required_argument, 0, O_UNWIND },
         { "payload", required_argument, 0, O_PAYLOAD }, { "allow-seccomp", no_argument, 0, O_SECCOMP },
-        { "seed", required_argument, 0, O_SEED }, MLZ_CLI_OPTIONS };
+        { "seed", required_argument, 0, O_SEED }, { "hook", required_argument, 0, O_HOOK }, MLZ_CLI_OPTIONS };
     *exit_code = 0;
     while ((c = getopt_long(argc, argv, "r:o:vqh", opts, NULL)) != -1) {
         int k = mlz__cli_option(c, optarg, &a->o, &bad);
@@ -96,6 +166,12 @@ static int parse_args(int argc, char **argv, attach_args *a, int *exit_code)
         case O_PAYLOAD: snprintf(a->payload, sizeof a->payload, "%s", optarg); break;
         case O_SECCOMP: a->flags |= MLZ_PRE_ALLOW_SECCOMP; break;
         case O_SEED: if (parse_bytes(optarg, &a->seed)) return *exit_code = die_usage("bad --seed"), -1; break;
+        case O_HOOK:
+            if (a->nhooks == MAX_HOOKS) return *exit_code = die_usage("at most 16 --hook"), -1;
+            if (parse_hook(optarg, &a->hooks[a->nhooks++]))
+                return *exit_code = die_usage("--hook takes SYMBOL=KIND, KIND one of malloc, free, calloc, realloc, "
+                                              "memalign, aligned_alloc, posix_memalign"), -1;
+            break;
         case 'h': fputs(usage, stdout); return -1;
         default: return *exit_code = die_usage("bad option"), -1;
         }
@@ -118,6 +194,7 @@ static int check_target(attach_args *a, attach_run *x)
         return MLZ_INJ_EIO;
     }
     if (!x->t.payload_mapped && (rc = mlz__check_payload_file(a->payload))) return rc;
+    if ((rc = resolve_hooks(pid, a->hooks, a->nhooks))) return rc;
     if (x->t.payload_active == 1) {
         /* Known from outside: nothing is stopped to say so. */
         mlz__err("process %d (%s) is already attached: run memlyze-detach %d first", (int)pid, x->t.comm, (int)pid);
@@ -156,7 +233,10 @@ static int start_payload(attach_args *a, attach_run *x)
      * write their jumps afterwards, every thread stopped (inline.c) */
     int cl = snprintf(config, sizeof config, "rate=%llu;spool=%s;unwind=%s;inline=remote", a->rate, x->st.spool, a->unwind);
     if (a->seed && cl > 0 && (size_t)cl < sizeof config)
-        snprintf(config + cl, sizeof config - (size_t)cl, ";seed=%llu", a->seed);
+        cl += snprintf(config + cl, sizeof config - (size_t)cl, ";seed=%llu", a->seed);
+    for (int k = 0; k < a->nhooks && cl > 0 && (size_t)cl < sizeof config; k++)
+        cl += snprintf(config + cl, sizeof config - (size_t)cl, ";hook=%s:%s:0x%llx:0x%llx", a->hooks[k].kind,
+                       a->hooks[k].symbol, (unsigned long long)a->hooks[k].addr, (unsigned long long)a->hooks[k].size);
     if ((rc = mlz__call_entry(&x->s.r, x->l.fn_attach, config, &ret, a->o.timeout_ms * 4))) return rc;
     if (ret < 0) {
         char msg[256];

@@ -24,6 +24,7 @@
 #include "inline_sites.h"
 
 #include <dlfcn.h>
+#include <link.h>
 #include <pthread.h>
 #include <errno.h>
 #include <limits.h>
@@ -38,27 +39,32 @@ static int hook_dlclose(void *handle);
 enum { H_MALLOC, H_FREE, H_CALLOC, H_REALLOC, H_POSIX_MEMALIGN, H_ALIGNED_ALLOC, H_MEMALIGN,
        H_VALLOC, H_PVALLOC, H_REALLOCARRAY, H_DLOPEN, H_DLCLOSE, NHOOKS };
 
-static mlz_got_hook hooks[NHOOKS] = {
-    { "malloc", (void *)mlz_hook_malloc, 0 },
-    { "free", (void *)mlz_hook_free, 0 },
-    { "calloc", (void *)mlz_hook_calloc, 0 },
-    { "realloc", (void *)mlz_hook_realloc, 0 },
-    { "posix_memalign", (void *)mlz_hook_posix_memalign, 0 },
-    { "aligned_alloc", (void *)mlz_hook_aligned_alloc, 0 },
-    { "memalign", (void *)mlz_hook_memalign, 0 },
-    { "valloc", (void *)mlz_hook_valloc, 0 },
-    { "pvalloc", (void *)mlz_hook_pvalloc, 0 },
-    { "reallocarray", (void *)mlz_hook_reallocarray, 0 },
-    { "dlopen", (void *)hook_dlopen, 0 },
-    { "dlclose", (void *)hook_dlclose, 0 },
+/* The standard names, then the named allocators (hooks_named.c) as they
+ * are found: a process keeps its named hooks from one attach to the next. */
+static mlz_got_hook hooks[NHOOKS + MLZ_NAMED_HOOKS] = {
+    { .name = "malloc", .hook = (void *)mlz_hook_malloc },
+    { .name = "free", .hook = (void *)mlz_hook_free },
+    { .name = "calloc", .hook = (void *)mlz_hook_calloc },
+    { .name = "realloc", .hook = (void *)mlz_hook_realloc },
+    { .name = "posix_memalign", .hook = (void *)mlz_hook_posix_memalign },
+    { .name = "aligned_alloc", .hook = (void *)mlz_hook_aligned_alloc },
+    { .name = "memalign", .hook = (void *)mlz_hook_memalign },
+    { .name = "valloc", .hook = (void *)mlz_hook_valloc },
+    { .name = "pvalloc", .hook = (void *)mlz_hook_pvalloc },
+    { .name = "reallocarray", .hook = (void *)mlz_hook_reallocarray },
+    { .name = "dlopen", .hook = (void *)hook_dlopen },
+    { .name = "dlclose", .hook = (void *)hook_dlclose },
 };
+static char named_names[MLZ_NAMED_HOOKS][64];
+static size_t nnamed;
 
-static int got_ready;                 /* mlz_got_init done (once per process) */
+static int got_ready;                 /* mlz_got_init done */
+static size_t ninit;                  /* named hooks at the last mlz_got_init */
 /* Inline hooks for allocators the GOT never sees (gotpatch/inline_alloc.c):
  * only where no other thread can be inside the bytes being replaced -
  * MEMLYZE_MODE=got starts from a constructor before main - or when the
  * caller says it has stopped and checked every thread ("inline=1"). */
-static int inline_wanted, inline_prepared;
+static int inline_wanted;
 static int inline_remote;    /* "inline=remote": prepare only, the injector writes (inline_sites.h) */
 _Atomic int mlz__attached;   /* read from outside through memlyze_info */
 static int patched_modules, patched_slots;
@@ -87,8 +93,98 @@ static int hook_dlclose(void *handle)
     return ((int (*)(void *))hooks[H_DLCLOSE].real)(handle);
 }
 
-/* "rate=524288;spool=/path;unwind=fp;seed=7"; unknown keys are ignored so
- * older payloads accept newer injectors' strings. */
+/* A named allocator: slot nnamed, or the slot it already has (a later
+ * attach naming it again may give its address). -ENOSPC when full. */
+static int add_named(const char *name, size_t len, int kind, uintptr_t fn, size_t size, unsigned flags)
+{
+    if (len == 0 || len >= sizeof named_names[0]) return -EINVAL;
+    for (size_t k = 0; k < nnamed; k++)
+        if (strlen(named_names[k]) == len && !memcmp(named_names[k], name, len)) {
+            mlz_got_hook *h = &hooks[NHOOKS + k];
+            if (fn) h->fn = fn, h->fn_size = size;
+            h->flags |= flags;
+            return 0;
+        }
+    if (nnamed == MLZ_NAMED_HOOKS) return -ENOSPC;
+    memcpy(named_names[nnamed], name, len);
+    named_names[nnamed][len] = 0;
+    hooks[NHOOKS + nnamed] = (mlz_got_hook){ .name = named_names[nnamed], .hook = mlz__named_hook((int)nnamed, kind),
+                                             .fn = fn, .fn_size = size, .flags = flags };
+    nnamed++;
+    return 0;
+}
+
+static uint64_t parse_hex(const char *s, size_t n, int *bad)
+{
+    uint64_t v = 0;
+    if (n > 2 && s[0] == '0' && (s[1] == 'x' || s[1] == 'X')) s += 2, n -= 2;
+    if (!n || n > 16) *bad = 1;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+        if (d < 0) *bad = 1;
+        v = v << 4 | (uint64_t)(d < 0 ? 0 : d);
+    }
+    return v;
+}
+
+/* The main executable's load address (its addresses in a spec are link-time
+ * ones: "exe+VALUE"). */
+static int exe_base_cb(struct dl_phdr_info *info, size_t size, void *arg)
+{
+    (void)size;
+    *(uintptr_t *)arg = info->dlpi_addr;
+    return 1;
+}
+
+/* One --hook: "KIND:NAME", "KIND:NAME:ADDR:SIZE" (ADDR absolute, hex) or
+ * "KIND:NAME:exe+VALUE:SIZE" (VALUE the executable's symbol value). */
+static int add_hook_spec(const char *v, size_t vlen)
+{
+    const char *c1 = memchr(v, ':', vlen);
+    if (!c1) return -EINVAL;
+    int kind = mlz__kind_of(v, (size_t)(c1 - v));
+    const char *name = c1 + 1, *end = v + vlen, *c2 = memchr(name, ':', (size_t)(end - name));
+    size_t nlen = (size_t)((c2 ? c2 : end) - name);
+    uintptr_t fn = 0;
+    size_t size = 0;
+    int bad = kind < 0;
+    if (c2) {
+        const char *a = c2 + 1, *c3 = memchr(a, ':', (size_t)(end - a));
+        if (!c3) return -EINVAL;
+        if ((size_t)(c3 - a) > 4 && !memcmp(a, "exe+", 4)) {
+            uintptr_t base = 0;
+            dl_iterate_phdr(exe_base_cb, &base);
+            fn = base + parse_hex(a + 4, (size_t)(c3 - a) - 4, &bad);
+        } else {
+            fn = parse_hex(a, (size_t)(c3 - a), &bad);
+        }
+        size = parse_hex(c3 + 1, (size_t)(end - c3 - 1), &bad);
+        bad |= !fn;
+    }
+    if (bad) return -EINVAL;
+    return add_named(name, nlen, kind, fn, size, MLZ_GOT_HOOK_INLINE);
+}
+
+/* The prefixed families present in the process. An entry point defined in
+ * the module that also defines malloc, at another address, is that
+ * allocator's inside: its calls arrive through malloc already. */
+static void add_families(void)
+{
+    Dl_info mi;
+    void *m = dlsym(RTLD_DEFAULT, "malloc");
+    int have_m = m && dladdr(m, &mi);
+    for (const mlz_family_fn *f = mlz__family_fns; f->name; f++) {
+        void *a = dlsym(RTLD_DEFAULT, f->name);
+        Dl_info ai;
+        if (!a || !dladdr(a, &ai)) continue;
+        if (have_m && ai.dli_fbase == mi.dli_fbase && a != m) continue;
+        add_named(f->name, strlen(f->name), f->kind, 0, 0, MLZ_GOT_HOOK_ALLOC);
+    }
+}
+
+/* "rate=524288;spool=/path;unwind=fp;seed=7;hook=malloc:my_alloc"; unknown
+ * keys are ignored so older payloads accept newer injectors' strings. */
 static int parse_config(const char *cfg)
 {
     while (cfg && *cfg) {
@@ -119,6 +215,9 @@ static int parse_config(const char *cfg)
                 inline_remote = vlen == 6 && !memcmp(v, "remote", 6);
             } else if (klen == 8 && !memcmp(cfg, "coverage", 8)) {
                 mlz__g.coverage = vlen == 1 && v[0] == '1';
+            } else if (klen == 4 && !memcmp(cfg, "hook", 4)) {
+                int e = add_hook_spec(v, vlen);
+                if (e) return e;
             } else if (klen == 6 && !memcmp(cfg, "unwind", 6)) {
                 mlz__g.unwinder = vlen == 2 && !memcmp(v, "fp", 2) ? MLZ_UNWIND_FP : MLZ_UNWIND_DWARF;
             }
@@ -147,19 +246,22 @@ static void report_coverage(void)
 static int got_attach(void)
 {
     if (atomic_load(&mlz__attached)) return -EALREADY;
+    /* Resolved again when the named hooks grew since the last attach
+     * (after a detach no slot is patched). */
+    add_families();
+    mlz__named_bind(&hooks[NHOOKS]);
+    if ((!got_ready || nnamed != ninit) && mlz_got_init(hooks, NHOOKS + nnamed)) return -ENOSYS;
+    ninit = nnamed;
     if (!got_ready) {
-        int e = mlz_got_init(hooks, NHOOKS);
-        if (e) return -ENOSYS;
         /* A child forked while attached must not write into the parent's
          * spool: control.c's handler disables it (or, with follow-fork,
          * gives it its own). Registered once: handlers cannot be removed. */
         pthread_atfork(NULL, NULL, mlz__atfork_child);
         got_ready = 1;
     }
-    if (inline_wanted && !inline_prepared) {
-        mlz_got_inline_prepare();   /* hooks[i].real becomes the trampoline */
-        inline_prepared = 1;
-    }
+    if (inline_wanted) mlz_got_inline_prepare();   /* hooks[i].real becomes the trampoline */
+    for (size_t k = 0; k < nnamed; k++)
+        if (!hooks[NHOOKS + k].real) return -ESRCH;   /* a --hook symbol the process lacks */
     mlz_real_fns r = {
         hooks[H_MALLOC].real, hooks[H_FREE].real, hooks[H_CALLOC].real, hooks[H_REALLOC].real,
         hooks[H_POSIX_MEMALIGN].real, hooks[H_ALIGNED_ALLOC].real, hooks[H_MEMALIGN].real,
@@ -271,6 +373,8 @@ MLZ_EXPORT const char *memlyze_strerror(int code)
     case -EPERM: return "some GOT slots could not be written or restored";
     case -EBUSY: return "a thread is still inside the profiler; memory kept";
     case -EINPROGRESS: return "an earlier attach or detach is still running in this process; try again in a moment";
+    case -ESRCH: return "a function named by --hook is not defined in the process";
+    case -ENOSPC: return "too many named allocator hooks (16 at most)";
     default: return "unknown error";
     }
 }
@@ -294,9 +398,29 @@ __attribute__((constructor)) static void got_mode_from_env(void)
     if (mlz__exec_choose_spool(0)) return;     /* a descendant not to follow */
     const char *in = getenv("MEMLYZE_INLINE");
     inline_wanted = !in || strcmp(in, "0") != 0;
-    if (got_attach()) {
-        static const char msg[] = "memlyze: cannot start in GOT mode; allocations pass through untracked\n";
-        if (write(2, msg, sizeof msg - 1)) {}
+    /* memlyze run --hook: "KIND:NAME[:ADDR:SIZE],..." */
+    for (const char *h = getenv("MEMLYZE_HOOKS"); h && *h;) {
+        const char *comma = strchr(h, ',');
+        size_t len = comma ? (size_t)(comma - h) : strlen(h);
+        if (add_hook_spec(h, len)) {
+            static const char msg[] = "memlyze: bad MEMLYZE_HOOKS entry; allocations pass through untracked\n";
+            if (write(2, msg, sizeof msg - 1)) {}
+            return;
+        }
+        h = comma ? comma + 1 : h + len;
+    }
+    int e = got_attach();
+    if (e) {
+        /* One line, built without the allocator we could not hook. */
+        char msg[256];
+        const char *why = memlyze_strerror(e);
+        size_t n = 0;
+        static const char a[] = "memlyze: cannot start in GOT mode (", b[] = "); allocations pass through untracked\n";
+        memcpy(msg, a, sizeof a - 1), n = sizeof a - 1;
+        size_t wl = strlen(why) < sizeof msg - n - sizeof b ? strlen(why) : sizeof msg - n - sizeof b;
+        memcpy(msg + n, why, wl), n += wl;
+        memcpy(msg + n, b, sizeof b - 1), n += sizeof b - 1;
+        if (write(2, msg, n)) {}
     }
 }
 

@@ -115,11 +115,13 @@ static void record_alloc(mlz_tls *t, void *p, size_t n, uint64_t ts)
 
 /* Called when the countdown ran out (or on a thread's first allocation).
  * The allocation itself has been made by the caller. */
-static MLZ_COLD MLZ_NOINLINE void sample_slow(void *p, size_t n, uint64_t ts)
+MLZ_COLD MLZ_NOINLINE void mlz__sample_slow(void *p, size_t n, uint64_t ts)
 {
     mlz_tls *t = &mlz__tls;
-    if (t->s.in_hook) {
-        atomic_fetch_add_explicit(&mlz__g.c.reentrant, 1, memory_order_relaxed);
+    if (t->s.in_hook | t->in_named) {
+        /* Our own code allocating, or a named allocator taking memory from
+         * the one below it: not an allocation of the program's. */
+        if (t->s.in_hook) atomic_fetch_add_explicit(&mlz__g.c.reentrant, 1, memory_order_relaxed);
         t->s.countdown = 1;       /* look again at the next allocation */
         return;
     }
@@ -163,7 +165,7 @@ static void record_free(void *p, const mlz_heap_entry *old)
 
 /* Sampled pointer (maybe) freed: remove before the real free, so the
  * address cannot be handed out again while its entry still exists. */
-static MLZ_COLD MLZ_NOINLINE void free_slow(void *p)
+MLZ_COLD MLZ_NOINLINE void mlz__free_slow(void *p)
 {
     mlz_tls *t = &mlz__tls;
     if (t->s.in_hook) return;
@@ -193,7 +195,7 @@ static MLZ_COLD MLZ_NOINLINE void free_slow(void *p)
             return call;                                                  \
         void *p_ = call;                                                  \
         uint64_t ts_ = mlz__now_ns();                                     \
-        sample_slow(p_, n_, ts_);                                         \
+        mlz__sample_slow(p_, n_, ts_);                                         \
         return p_;                                                        \
     } while (0)
 
@@ -206,7 +208,7 @@ void *mlz_hook_malloc(size_t n)
  * own (nothing unwinds through it: only allocations record stacks). */
 static MLZ_COLD MLZ_NOINLINE void free_slow_then_free(void *p)
 {
-    free_slow(p);
+    mlz__free_slow(p);
     mlz__g.real.free(p);
 }
 
@@ -253,14 +255,15 @@ int mlz_hook_posix_memalign(void **out, size_t align, size_t n)
         return mlz__g.real.posix_memalign(out, align, n);
     int rc = mlz__g.real.posix_memalign(out, align, n);
     uint64_t ts = mlz__now_ns();
-    sample_slow(rc == 0 ? *out : NULL, n, ts);
+    mlz__sample_slow(rc == 0 ? *out : NULL, n, ts);
     return rc;
 }
 
 /* realloc: the old block leaves the map (its FREE is recorded), the new one
  * may be sampled like any allocation. If the real realloc fails the old
  * block is still live, so its entry is put back. */
-static void *realloc_common(void *p, size_t n, void *(*call)(void *, size_t, size_t), size_t m)
+void *mlz__realloc_common(void *p, size_t n, size_t m, void *(*call)(const void *, void *, size_t, size_t),
+                          const void *ctx)
 {
     mlz_tls *t = &mlz__tls;
     mlz_heap_entry old;
@@ -276,7 +279,7 @@ static void *realloc_common(void *p, size_t n, void *(*call)(void *, size_t, siz
     size_t total = n * m;
     int count = mlz_sampler_should_sample(&t->s, total);
     uint64_t ts = count ? mlz__now_ns() : 0;
-    void *q = call(p, n, m);
+    void *q = call(ctx, p, n, m);
     if (entered && !had) leave(entered);
     if (had) {
         t->s.in_hook = 1;
@@ -292,21 +295,30 @@ static void *realloc_common(void *p, size_t n, void *(*call)(void *, size_t, siz
         leave(entered);
         t->s.in_hook = 0;
     }
-    if (count) sample_slow(q, total, ts);
+    if (count) mlz__sample_slow(q, total, ts);
     return q;
 }
 
-static void *call_realloc(void *p, size_t n, size_t m) { (void)m; return mlz__g.real.realloc(p, n); }
-static void *call_reallocarray(void *p, size_t n, size_t m) { return mlz__g.real.reallocarray(p, n, m); }
+static void *call_realloc(const void *ctx, void *p, size_t n, size_t m)
+{
+    (void)ctx, (void)m;
+    return mlz__g.real.realloc(p, n);
+}
+
+static void *call_reallocarray(const void *ctx, void *p, size_t n, size_t m)
+{
+    (void)ctx;
+    return mlz__g.real.reallocarray(p, n, m);
+}
 
 void *mlz_hook_realloc(void *p, size_t n)
 {
-    return realloc_common(p, n, call_realloc, 1);
+    return mlz__realloc_common(p, n, 1, call_realloc, NULL);
 }
 
 void *mlz_hook_reallocarray(void *p, size_t n, size_t m)
 {
     size_t total;
     if (__builtin_mul_overflow(n, m, &total)) return mlz__g.real.reallocarray(p, n, m);
-    return realloc_common(p, n, call_reallocarray, m);
+    return mlz__realloc_common(p, n, m, call_reallocarray, NULL);
 }

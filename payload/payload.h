@@ -40,6 +40,8 @@ typedef struct mlz_tls {
     struct mlz_ring *ring;    /* this thread's event ring, claimed lazily */
     mlz_stack_cache stack;    /* stack bounds for the unwinders */
     int32_t tid;
+    uint32_t in_named;        /* inside a named allocator (hooks_named.c): its own
+                               * allocations from the allocator below are not samples */
 } mlz_tls;
 
 extern __thread mlz_tls mlz__tls __attribute__((tls_model("initial-exec")));
@@ -117,6 +119,25 @@ void *mlz_hook_memalign(size_t align, size_t n);
 void *mlz_hook_valloc(size_t n);
 void *mlz_hook_pvalloc(size_t n);
 void *mlz_hook_reallocarray(void *p, size_t n, size_t m);
+/* The cold halves every hook shares (hooks.c), for hooks_named.c. */
+void  mlz__sample_slow(void *p, size_t n, uint64_t ts);
+void  mlz__free_slow(void *p);
+void *mlz__realloc_common(void *p, size_t n, size_t m, void *(*call)(const void *, void *, size_t, size_t),
+                          const void *ctx);
+
+/* hooks_named.c: allocators known by name at run time (prefixed families
+ * next to glibc's malloc, --hook SYMBOL=KIND), each forwarding to its own
+ * original: slot k calls first[k].real of the table given to bind. */
+enum mlz_alloc_kind { MLZ_KIND_MALLOC, MLZ_KIND_FREE, MLZ_KIND_CALLOC, MLZ_KIND_REALLOC, MLZ_KIND_MEMALIGN,
+                      MLZ_KIND_POSIX_MEMALIGN, MLZ_NKINDS };
+#define MLZ_NAMED_HOOKS 16
+struct mlz_got_hook;
+int   mlz__kind_of(const char *word, size_t len);   /* "malloc", "aligned_alloc"... -> kind, or -1 */
+void *mlz__named_hook(int slot, int kind);
+void  mlz__named_bind(struct mlz_got_hook *first);
+/* The families' entry points with a standard signature, and their kinds. */
+typedef struct mlz_family_fn { const char *name; int kind; } mlz_family_fn;
+extern const mlz_family_fn mlz__family_fns[];
 
 /* attach.c: the injector's entry points (exported) */
 int memlyze_attach(const char *config);

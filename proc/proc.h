@@ -26,6 +26,7 @@ enum {
     MLZ_PROC_ENOENT = -2,    /* no such module, symbol or payload */
     MLZ_PROC_EELF = -3,      /* a module that is no ELF image we can read */
     MLZ_PROC_ENOMEM = -4,
+    MLZ_PROC_EAMBIG = -5,    /* a name with several different definitions */
 };
 
 /* The cause of the last failure in this thread ("" if none). */
@@ -75,6 +76,13 @@ typedef struct mlz_proc_sym {
  * IFUNC resolver). Missing names get addr 0; returns how many were found,
  * or < 0. */
 int  mlz_proc_syms(pid_t pid, const mlz_proc_module *m, const char *const *names, mlz_proc_sym *out, int n);
+/* ---- funcs.c: a function by name (--hook), local functions too */
+/* In the ELF file fd: .symtab first, else .dynsym. Its link-time value and
+ * size; 0, MLZ_PROC_ENOENT, or MLZ_PROC_EAMBIG (two static functions of
+ * that name). */
+int  mlz_proc_elf_func(int fd, const char *name, uint64_t *value, uint64_t *size);
+/* The same in a loaded module: runtime address and size in *out. */
+int  mlz_proc_func(pid_t pid, const mlz_proc_module *m, const char *name, mlz_proc_sym *out);
 /* Unused executable bytes: the tail of the page after the module's last
  * executable segment, which no code reaches. */
 int  mlz_proc_cave(pid_t pid, const mlz_proc_module *m, uint64_t *addr, size_t *len);

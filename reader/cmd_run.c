@@ -5,6 +5,7 @@
 #include "cli.h"
 #include "finalize.h"
 #include "loss.h"
+#include "proc.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -205,23 +206,27 @@ static int write_traces(const char *dir, const char *out, int encoding, int cove
  * or jemalloc & co linked in)? Then interposing from LD_PRELOAD sees none of
  * its allocations: the executable's malloc comes first in the lookup order.
  * The GOT path with inline hooks does. `prog` as execvp would find it. */
+/* The file execvp would run for prog; 0, or -1 when PATH has none. */
+static int prog_path(const char *prog, char *path, size_t cap)
+{
+    if (strchr(prog, '/')) {
+        snprintf(path, cap, "%s", prog);
+        return 0;
+    }
+    for (const char *p = getenv("PATH"); p && *p;) {
+        const char *e = strchr(p, ':');
+        size_t n = e ? (size_t)(e - p) : strlen(p);
+        snprintf(path, cap, "%.*s/%s", (int)n, p, prog);
+        if (access(path, X_OK) == 0) return 0;
+        p = e ? e + 1 : NULL;
+    }
+    return -1;
+}
+
 static int exe_defines_malloc(const char *prog)
 {
     char path[PATH_MAX];
-    if (strchr(prog, '/')) {
-        snprintf(path, sizeof path, "%s", prog);
-    } else {
-        const char *p = getenv("PATH");
-        int found = 0;
-        while (p && *p && !found) {
-            const char *e = strchr(p, ':');
-            size_t n = e ? (size_t)(e - p) : strlen(p);
-            snprintf(path, sizeof path, "%.*s/%s", (int)n, p, prog);
-            found = access(path, X_OK) == 0;
-            p = e ? e + 1 : NULL;
-        }
-        if (!found) return 0;
-    }
+    if (prog_path(prog, path, sizeof path)) return 0;
     int fd = open(path, O_RDONLY | O_CLOEXEC), yes = 0;
     if (fd < 0 || elf_version(EV_CURRENT) == EV_NONE) { if (fd >= 0) close(fd); return 0; }
     Elf *e = elf_begin(fd, ELF_C_READ, NULL);
@@ -242,16 +247,52 @@ static int exe_defines_malloc(const char *prog)
     return yes;
 }
 
+#define MAX_HOOKS 16                 /* the payload's named hook slots */
+static const char *const hook_kinds[] = { "malloc", "free", "calloc", "realloc", "memalign", "aligned_alloc",
+                                          "posix_memalign" };
+
+/* --hook SYMBOL=KIND appended to *spec as the payload reads it
+ * ($MEMLYZE_HOOKS): "KIND:SYMBOL:exe+VALUE:SIZE" when the executable
+ * defines it (its .symtab: static functions too), else "KIND:SYMBOL" for
+ * the payload to find among the exported functions. */
+static int add_hook(const char *arg, const char *prog, char *spec, size_t cap)
+{
+    const char *eq = strrchr(arg, '=');
+    size_t k = 0, nk = sizeof hook_kinds / sizeof *hook_kinds;
+    while (eq && k < nk && strcmp(eq + 1, hook_kinds[k])) k++;
+    if (!eq || eq == arg || k == nk || eq - arg >= 64 || strpbrk(arg, ":,"))
+        return cli_usage_error(&cmd_run, "--hook takes SYMBOL=KIND, KIND one of malloc, free, calloc, realloc, "
+                                         "memalign, aligned_alloc, posix_memalign");
+    char sym[64], path[PATH_MAX];
+    snprintf(sym, sizeof sym, "%.*s", (int)(eq - arg), arg);
+    uint64_t value = 0, size = 0;
+    int fd = prog_path(prog, path, sizeof path) ? -1 : open(path, O_RDONLY | O_CLOEXEC), found = 0;
+    if (fd >= 0) {
+        int e = mlz_proc_elf_func(fd, sym, &value, &size);
+        close(fd);
+        if (e == MLZ_PROC_EAMBIG) return cli_error("run", "--hook %s: %s in %s", sym, mlz_proc_error(), path);
+        found = e == 0;
+    }
+    size_t n = strlen(spec);
+    int w = found ? snprintf(spec + n, cap - n, "%s%s:%s:exe+%llx:%llx", n ? "," : "", eq + 1, sym,
+                             (unsigned long long)value, (unsigned long long)size)
+                  : snprintf(spec + n, cap - n, "%s%s:%s", n ? "," : "", eq + 1, sym);
+    if (w < 0 || (size_t)w >= cap - n) return cli_usage_error(&cmd_run, "too many --hook");
+    return 0;
+}
+
 static int run(int argc, char **argv)
 {
     const char *out = NULL, *rate = NULL, *unwind = NULL, *seed = NULL;
-    int encoding = MLZ_ENC_SPLIT, compress = 0, follow = 0, got = 0, coverage = 0, c;
+    int encoding = MLZ_ENC_SPLIT, compress = 0, follow = 0, got = 0, coverage = 0, c, nhooks = 0;
+    const char *hook_args[MAX_HOOKS];
+    char hooks[MAX_HOOKS * 128] = "";
     static const struct option opts[] = {
         { "rate", required_argument, 0, 'r' }, { "output", required_argument, 0, 'o' },
         { "unwind", required_argument, 0, 'u' }, { "seed", required_argument, 0, 's' },
         { "compress", no_argument, 0, 'z' }, { "follow-fork", no_argument, 0, 'F' },
         { "got", no_argument, 0, 'G' }, { "coverage", no_argument, 0, 'C' },
-        { "format", required_argument, 0, 'E' }, { 0, 0, 0, 0 } };
+        { "format", required_argument, 0, 'E' }, { "hook", required_argument, 0, 'H' }, { 0, 0, 0, 0 } };
     while ((c = getopt_long(argc, argv, "+r:o:z", opts, NULL)) != -1) {
         switch (c) {
         case 'r':
@@ -272,11 +313,20 @@ static int run(int argc, char **argv)
         case 'F': follow = 1; break;
         case 'G': got = 1; break;
         case 'C': coverage = got = 1; break;
+        case 'H':
+            if (nhooks == MAX_HOOKS) return cli_usage_error(&cmd_run, "at most 16 --hook");
+            hook_args[nhooks++] = optarg;
+            got = 1;   /* named hooks are the GOT-mode payload's */
+            break;
         default: return cli_usage_error(&cmd_run, "bad option");
         }
     }
     if (optind >= argc) return cli_usage_error(&cmd_run, "no command to run");
     if (compress) encoding = MLZ_ENC_LZ4;
+    for (int k = 0; k < nhooks; k++) {
+        int e = add_hook(hook_args[k], argv[optind], hooks, sizeof hooks);
+        if (e) return e;
+    }
     if (!got && exe_defines_malloc(argv[optind])) {
         fprintf(stderr, "memlyze run: %s defines malloc itself: using GOT patching with inline hooks (--got)\n", argv[optind]);
         got = 1;
@@ -309,6 +359,7 @@ static int run(int argc, char **argv)
         if (follow) setenv("MEMLYZE_FOLLOW_FORK", "1", 1);
         if (got) setenv("MEMLYZE_MODE", "got", 1);
         if (coverage) setenv("MEMLYZE_COVERAGE", "1", 1);
+        if (hooks[0]) setenv("MEMLYZE_HOOKS", hooks, 1);
         execvp(argv[optind], argv + optind);
         fprintf(stderr, "memlyze run: cannot run %s: %s\n", argv[optind], strerror(errno));
         _exit(127);
@@ -331,7 +382,7 @@ static int run(int argc, char **argv)
 
 const mlz_command cmd_run = {
     "run", run, "run a program under the profiler and write its trace",
-    "usage: memlyze run [-r BYTES] [-o FILE] [--unwind fp|dwarf] [--format split|v1|lz4] [-z] [--follow-fork] [--got] [--coverage] -- CMD [ARGS]\n"
+    "usage: memlyze run [-r BYTES] [-o FILE] [--unwind fp|dwarf] [--format split|v1|lz4] [-z] [--follow-fork] [--got] [--coverage] [--hook SYMBOL=KIND] -- CMD [ARGS]\n"
     "\n"
     "Runs CMD with the memlyze sampler preloaded (LD_PRELOAD) and, when it\n"
     "exits, writes its symbolized trace. Exits with CMD's status. An exec keeps\n"
@@ -352,5 +403,10 @@ const mlz_command cmd_run = {
     "                      directly (MEMLYZE_INLINE=0: no inline hooks). Chosen by itself\n"
     "                      when the executable defines malloc\n"
     "  --coverage          with --got: print what GOT patching cannot see (blind spots)\n"
-    "                      and each inline hook, or why a function was refused\n",
+    "                      and each inline hook, or why a function was refused\n"
+    "  --hook SYMBOL=KIND  also profile the function SYMBOL (a custom allocator, exported\n"
+    "                      or not), of KIND malloc, free, calloc, realloc, memalign,\n"
+    "                      aligned_alloc or posix_memalign (same arguments); implies\n"
+    "                      --got; repeatable. What it takes from the allocator below\n"
+    "                      it is not counted again\n",
 };

@@ -32,26 +32,7 @@ else
     skip "inline attach: jemalloc linked statically" "libjemalloc-dev not installed"
 fi
 
-code_bytes() {   # code_bytes PID BINARY SYMBOL -> 16 bytes hex of SYMBOL in the running process
-    python3 - "$@" <<'PY'
-import subprocess, sys
-pid, exe, sym = sys.argv[1], sys.argv[2], sys.argv[3]
-va = None
-for line in subprocess.run(["readelf", "-sW", exe], capture_output=True, text=True).stdout.splitlines():
-    f = line.split()
-    if len(f) >= 8 and f[7] == sym and f[3] == "FUNC":
-        va = int(f[1], 16); break
-etype = open(exe, "rb").read(18)[16]
-base = 0
-if etype == 3:   # PIE: the lowest mapping of the executable is its load bias
-    for line in open(f"/proc/{pid}/maps"):
-        if line.rstrip().endswith(exe):
-            base = int(line.split("-")[0], 16); break
-with open(f"/proc/{pid}/mem", "rb") as m:
-    m.seek(base + va)
-    print(m.read(16).hex())
-PY
-}
+code_bytes() { python3 "$S/code_bytes.py" "$@"; }   # code_bytes PID BINARY SYMBOL [FILE]
 
 site_bytes() {
     "$MEMLYZE" top --json -n 200 --frames 2 "$1" | python3 -c "
@@ -90,21 +71,7 @@ for v in $variants; do
     check "$v: $CYCLES detaches ok" test $bad_detach = 0
     check "$v: after each detach malloc's code bytes equal the originals" test $bad_restored = 0
     check "$v: site_malloc exact while attached (100000 B) in every cycle" test $bad_exact = 0
-    check "$v: original bytes are the file's" test "$orig" = "$(python3 - "$T/$v" <<'PY'
-import subprocess, struct, sys
-exe = sys.argv[1]
-for line in subprocess.run(["readelf", "-sW", exe], capture_output=True, text=True).stdout.splitlines():
-    f = line.split()
-    if len(f) >= 8 and f[7] == "malloc" and f[3] == "FUNC":
-        va = int(f[1], 16); break
-d = open(exe, "rb").read()
-phoff, = struct.unpack_from("<Q", d, 32); phentsize, phnum = struct.unpack_from("<HH", d, 54)
-for i in range(phnum):
-    t, fl, off, vaddr, pa, filesz = struct.unpack_from("<IIQQQQ", d, phoff + i * phentsize)
-    if t == 1 and vaddr <= va < vaddr + filesz:
-        print(d[off + va - vaddr: off + va - vaddr + 16].hex()); break
-PY
-)"
+    check "$v: original bytes are the file's" test "$orig" = "$(code_bytes 0 "$T/$v" malloc FILE)"
     kill -TERM $P
     wait $P
     P=

@@ -136,7 +136,7 @@ static void setup(void)
     void *const hooks[TP_N] = { (void *)h_malloc, (void *)h_calloc, (void *)h_realloc, (void *)h_free,
         (void *)h_posix_memalign, (void *)h_aligned_alloc, (void *)h_memalign, (void *)h_valloc,
         (void *)h_pvalloc, (void *)h_reallocarray, (void *)h_dlopen, (void *)h_dlclose };
-    for (int i = 0; i < TP_N; i++) H[i] = (mlz_got_hook){ names[i], hooks[i], NULL };
+    for (int i = 0; i < TP_N; i++) H[i] = (mlz_got_hook){ .name = names[i], .hook = hooks[i] };
 }
 
 TP_API int tp_init(void)

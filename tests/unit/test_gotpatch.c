@@ -64,7 +64,7 @@ static void setup_hooks(void)
         { "valloc", (void *)h_valloc }, { "pvalloc", (void *)h_pvalloc },
         { "reallocarray", (void *)h_reallocarray }, { "dlopen", (void *)h_dlopen },
         { "dlclose", (void *)h_dlclose } };
-    for (int i = 0; i < H_N; i++) H[i] = (mlz_got_hook){ t[i].n, t[i].h, NULL };
+    for (int i = 0; i < H_N; i++) H[i] = (mlz_got_hook){ .name = t[i].n, .hook = t[i].h };
 }
 
 static int init_once(void)

@@ -1,0 +1,160 @@
+/*
+ * hooks_named.c - hooks for allocators known by name at run time: the
+ * prefixed entry points of jemalloc, tcmalloc and mimalloc (je_malloc,
+ * tc_free, mi_calloc...) sitting next to glibc's malloc, and the functions
+ * a user names with --hook SYMBOL=KIND.
+ *
+ * The standard hooks (hooks.c) forward to the one real function of their
+ * name (mlz__g.real). A named allocator needs its own original, so each
+ * gets a slot: slot k's hooks forward to first[k].real, which gotpatch
+ * fills with the definition (GOT mode) or the inline hook's trampoline.
+ * The slots' functions are generated below, one per kind per slot; a slot
+ * uses the one of its kind.
+ *
+ * While a named allocator runs, its own calls into the allocator below it
+ * (a pool carving chunks it took from malloc) are not samples: in_named
+ * makes mlz__sample_slow pass them, so a block is counted once, at the
+ * level the program asked for it. Frees are still tracked at every level.
+ */
+#include "payload.h"
+#include "gotpatch.h"
+
+#include <string.h>
+
+static struct mlz_got_hook *named;   /* slot k's original: named[k].real */
+
+void mlz__named_bind(struct mlz_got_hook *first)
+{
+    named = first;
+}
+
+static const char *const kind_names[MLZ_NKINDS] = { "malloc", "free", "calloc", "realloc", "memalign",
+                                                     "posix_memalign" };
+
+int mlz__kind_of(const char *word, size_t len)
+{
+    if (len == 13 && !memcmp(word, "aligned_alloc", 13)) return MLZ_KIND_MEMALIGN;   /* (align, size) too */
+    for (int k = 0; k < MLZ_NKINDS; k++)
+        if (strlen(kind_names[k]) == len && !memcmp(word, kind_names[k], len)) return k;
+    return -1;
+}
+
+/* Entry points whose signature is the standard one of their kind. Others
+ * (mi_malloc_aligned's (size, align), tc_new_nothrow's extra argument,
+ * je_mallocx's flags) are left out: a hook of the wrong shape would pass
+ * the original the wrong arguments. */
+const mlz_family_fn mlz__family_fns[] = {
+    { "je_malloc", MLZ_KIND_MALLOC }, { "je_free", MLZ_KIND_FREE }, { "je_calloc", MLZ_KIND_CALLOC },
+    { "je_realloc", MLZ_KIND_REALLOC }, { "je_memalign", MLZ_KIND_MEMALIGN },
+    { "je_aligned_alloc", MLZ_KIND_MEMALIGN }, { "je_posix_memalign", MLZ_KIND_POSIX_MEMALIGN },
+    { "tc_malloc", MLZ_KIND_MALLOC }, { "tc_free", MLZ_KIND_FREE }, { "tc_calloc", MLZ_KIND_CALLOC },
+    { "tc_realloc", MLZ_KIND_REALLOC }, { "tc_memalign", MLZ_KIND_MEMALIGN },
+    { "tc_posix_memalign", MLZ_KIND_POSIX_MEMALIGN }, { "tc_new", MLZ_KIND_MALLOC },
+    { "tc_newarray", MLZ_KIND_MALLOC }, { "tc_delete", MLZ_KIND_FREE }, { "tc_deletearray", MLZ_KIND_FREE },
+    { "mi_malloc", MLZ_KIND_MALLOC }, { "mi_free", MLZ_KIND_FREE }, { "mi_calloc", MLZ_KIND_CALLOC },
+    { "mi_realloc", MLZ_KIND_REALLOC }, { "mi_zalloc", MLZ_KIND_MALLOC }, { "mi_memalign", MLZ_KIND_MEMALIGN },
+    { "mi_aligned_alloc", MLZ_KIND_MEMALIGN }, { "mi_posix_memalign", MLZ_KIND_POSIX_MEMALIGN },
+    { "mi_new", MLZ_KIND_MALLOC },
+    { NULL, 0 },
+};
+
+typedef void *(*malloc_fn)(size_t);
+typedef void (*free_fn)(void *);
+typedef void *(*calloc_fn)(size_t, size_t);
+typedef void *(*realloc_fn)(void *, size_t);
+typedef void *(*memalign_fn)(size_t, size_t);
+typedef int (*posix_memalign_fn)(void **, size_t, size_t);
+
+/* The allocation halves: the original runs with in_named set; the sample
+ * (if the countdown ran out) is taken after it, as in hooks.c. */
+static void *named_malloc(int k, size_t n)
+{
+    mlz_tls *t = &mlz__tls;
+    int s = mlz_sampler_should_sample(&t->s, n);
+    t->in_named++;
+    void *p = ((malloc_fn)named[k].real)(n);
+    t->in_named--;
+    if (mlz_unlikely(s)) mlz__sample_slow(p, n, mlz__now_ns());
+    return p;
+}
+
+static void named_free(int k, void *p)
+{
+    if (p && mlz_unlikely(mlz_bloom_maybe(&mlz__g.bloom, (uint64_t)p))) mlz__free_slow(p);
+    mlz__tls.in_named++;
+    ((free_fn)named[k].real)(p);
+    mlz__tls.in_named--;
+}
+
+static void *named_calloc(int k, size_t n, size_t m)
+{
+    mlz_tls *t = &mlz__tls;
+    size_t total;
+    int s = !__builtin_mul_overflow(n, m, &total) && mlz_sampler_should_sample(&t->s, total);
+    t->in_named++;
+    void *p = ((calloc_fn)named[k].real)(n, m);
+    t->in_named--;
+    if (mlz_unlikely(s)) mlz__sample_slow(p, total, mlz__now_ns());
+    return p;
+}
+
+static void *call_named_realloc(const void *ctx, void *p, size_t n, size_t m)
+{
+    (void)m;
+    mlz__tls.in_named++;
+    void *q = ((realloc_fn)((const struct mlz_got_hook *)ctx)->real)(p, n);
+    mlz__tls.in_named--;
+    return q;
+}
+
+static void *named_realloc(int k, void *p, size_t n)
+{
+    return mlz__realloc_common(p, n, 1, call_named_realloc, &named[k]);
+}
+
+static void *named_memalign(int k, size_t align, size_t n)
+{
+    mlz_tls *t = &mlz__tls;
+    int s = mlz_sampler_should_sample(&t->s, n);
+    t->in_named++;
+    void *p = ((memalign_fn)named[k].real)(align, n);
+    t->in_named--;
+    if (mlz_unlikely(s)) mlz__sample_slow(p, n, mlz__now_ns());
+    return p;
+}
+
+static int named_posix_memalign(int k, void **out, size_t align, size_t n)
+{
+    mlz_tls *t = &mlz__tls;
+    int s = mlz_sampler_should_sample(&t->s, n);
+    t->in_named++;
+    int rc = ((posix_memalign_fn)named[k].real)(out, align, n);
+    t->in_named--;
+    if (mlz_unlikely(s)) mlz__sample_slow(rc == 0 ? *out : NULL, n, mlz__now_ns());
+    return rc;
+}
+
+/* Slot k's functions, one per kind, in enum mlz_alloc_kind order. */
+#define SLOT(k)                                                                                  \
+    static void *malloc_##k(size_t n) { return named_malloc(k, n); }                             \
+    static void free_##k(void *p) { named_free(k, p); }                                          \
+    static void *calloc_##k(size_t n, size_t m) { return named_calloc(k, n, m); }                \
+    static void *realloc_##k(void *p, size_t n) { return named_realloc(k, p, n); }               \
+    static void *memalign_##k(size_t a, size_t n) { return named_memalign(k, a, n); }            \
+    static int posix_memalign_##k(void **o, size_t a, size_t n) { return named_posix_memalign(k, o, a, n); }
+#define ROW(k) { (void *)malloc_##k, (void *)free_##k, (void *)calloc_##k, (void *)realloc_##k, \
+                 (void *)memalign_##k, (void *)posix_memalign_##k },
+
+SLOT(0) SLOT(1) SLOT(2) SLOT(3) SLOT(4) SLOT(5) SLOT(6) SLOT(7)
+SLOT(8) SLOT(9) SLOT(10) SLOT(11) SLOT(12) SLOT(13) SLOT(14) SLOT(15)
+
+static void *const slot_fns[MLZ_NAMED_HOOKS][MLZ_NKINDS] = {
+    ROW(0) ROW(1) ROW(2) ROW(3) ROW(4) ROW(5) ROW(6) ROW(7)
+    ROW(8) ROW(9) ROW(10) ROW(11) ROW(12) ROW(13) ROW(14) ROW(15)
+};
+_Static_assert(MLZ_NAMED_HOOKS == 16, "one SLOT and ROW per named hook");
+
+void *mlz__named_hook(int slot, int kind)
+{
+    return slot >= 0 && slot < MLZ_NAMED_HOOKS && kind >= 0 && kind < MLZ_NKINDS ? slot_fns[slot][kind] : NULL;
+}

@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# --hook SYMBOL=KIND: a program's own pool allocator (tests/targets/inline/
+# pool.c: functions of the executable, not exported, called directly),
+# profiled in exact mode attached (memlyze-attach --hook) and under memlyze
+# run --hook: every pool site's live bytes exact, the memory the pool takes
+# from malloc for itself not counted again, the code bytes restored after
+# detach, the program's own checks passing. Bad --hook arguments get one
+# line and leave the process as it was.
+. "$(dirname "$0")/lib.sh"
+ATTACH="$B/bin/memlyze-attach"
+DETACH="$B/bin/memlyze-detach"
+S="$ROOT/tests/targets/inline"
+[ -x "$ATTACH" ] || { skip "named hooks" "memlyze-attach not built"; finish; }
+P=
+trap '[ -n "$P" ] && kill -9 $P 2>/dev/null; rm -rf "$T"' EXIT
+cc -O2 -g -pthread -o "$T/pool" "$S/pool.c" || { fail "build pool"; finish; }
+HOOKS="--hook pool_alloc=malloc --hook pool_free=free --hook pool_calloc=calloc --hook pool_realloc=realloc"
+code_bytes() { python3 "$S/code_bytes.py" "$@"; }
+wait_for() { for _ in $(seq 500); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.01; done; return 1; }
+check "pool_alloc is not exported (only the .symtab has it)" bash -c "! nm -D '$T/pool' | grep -q pool_alloc && nm '$T/pool' | grep -q ' T pool_alloc$'"
+
+# sites FILE: "leaf bytes" per site, live at the end.
+sites() {
+    "$MEMLYZE" top --json -n 500 --frames 1 "$1" | python3 -c "
+import json, sys
+from collections import Counter
+c = Counter()
+for s in json.load(sys.stdin)['sites']:
+    c[s['frames'][0].split(' ')[0] if s['frames'] else '?'] += s['live_bytes']
+for k, v in sorted(c.items()): print(k, int(round(v)))"
+}
+check_sites() {   # check_sites WHAT FILE
+    sites "$2" > "$T/$1.sites"
+    for want in "site_pool_malloc 100000" "site_pool_calloc 10000" "site_pool_realloc 3200" "site_plain 10000"; do
+        check "$1: ${want% *} holds exactly ${want#* } B" grep -qx "$want" "$T/$1.sites"
+    done
+    check "$1: site_pool_temp freed all it took" bash -c "! grep -q '^site_pool_temp [1-9]' '$T/$1.sites'"
+    check "$1: the pool's own chunks from malloc are not counted again" bash -c "! grep -q '^pool_' '$T/$1.sites'"
+}
+
+# 1. Attached.
+rm -f "$T/in"; mkfifo "$T/in"
+"$T/pool" < "$T/in" > "$T/pool.out" 2>&1 &
+P=$!
+exec {W}>"$T/in"
+wait_for "$T/pool.out" '^ready'
+orig=$(code_bytes $P "$T/pool" pool_alloc)
+out=$("$ATTACH" -v -r 1 $HOOKS -o "$T/a.mlyze" $P 2>&1); rc=$?
+check "attach --hook: attached" test $rc -eq 0
+for f in pool_alloc pool_free pool_calloc pool_realloc; do
+    check "attach -v: names the inline hook on $f" bash -c "grep -q 'inline hook $f at .*written with [0-9]* threads stopped' <<<\"\$0\"" "$out"
+done
+check "attach: pool_alloc's code carries the jump" test "$(code_bytes $P "$T/pool" pool_alloc)" != "$orig"
+echo go >&$W
+wait_for "$T/pool.out" '^done'
+sleep 0.3
+check "detach" "$DETACH" -q $P
+check "detach: pool_alloc's code bytes are the originals again" test "$(code_bytes $P "$T/pool" pool_alloc)" = "$orig"
+check "the original bytes are the file's" test "$orig" = "$(code_bytes 0 "$T/pool" pool_alloc FILE)"
+check_sites attached "$T/a.mlyze"
+exec {W}>&-
+wait $P; rc=$?; P=
+check "attached: the program ran on, its data checks passed" bash -c "[ $rc -eq 0 ] && grep -q 'data ok' '$T/pool.out'"
+
+# 2. memlyze run --hook (GOT mode from the start, the symbols found in the
+# executable's .symtab before it runs).
+printf 'go\n' | "$MEMLYZE" run -r 1 $HOOKS -o "$T/r.mlyze" -- "$T/pool" > "$T/run.out" 2>&1
+check "run --hook: the program ran, its data checks passed" grep -q 'data ok' "$T/run.out"
+check_sites run "$T/r.mlyze"
+
+# 3. Bad arguments: one line, nothing changed.
+"$T/pool" < /dev/null > /dev/null 2>&1 &   # exits at once: read() gets EOF
+wait $!
+rm -f "$T/in"; mkfifo "$T/in"
+"$T/pool" < "$T/in" > "$T/pool2.out" 2>&1 &
+P=$!
+exec {W}>"$T/in"
+wait_for "$T/pool2.out" '^ready'
+out=$("$ATTACH" -r 1 --hook no_such_fn=malloc -o "$T/x.mlyze" $P 2>&1); rc=$?
+check "--hook of a missing function: one line naming it, exit 1" bash -c \
+    "[ $rc -eq 1 ] && [ \$(wc -l <<<\"\$0\") -eq 1 ] && grep -q 'no_such_fn: no function of that name in process $P' <<<\"\$0\"" "$out"
+out=$("$ATTACH" -r 1 --hook pool_alloc=allocate -o "$T/x.mlyze" $P 2>&1); rc=$?
+check "--hook with an unknown kind: usage error (exit 2) listing the kinds" bash -c \
+    "[ $rc -eq 2 ] && grep -q 'KIND one of malloc, free, calloc, realloc, memalign, aligned_alloc, posix_memalign' <<<\"\$0\"" "$out"
+check "after the refusals the process is not attached" bash -c "! grep -q memlyze /proc/$P/maps"
+check "and a later attach with --hook works" "$ATTACH" -q -r 1 $HOOKS -o "$T/y.mlyze" $P
+check "detach" "$DETACH" -q $P
+exec {W}>&-
+wait $P; P=
+out=$("$MEMLYZE" run --hook no_such_fn=malloc -- "$T/pool" < /dev/null 2>&1)
+check "run --hook of a missing function: the payload says so in one line" \
+    bash -c "grep -q 'cannot start in GOT mode (a function named by --hook is not defined in the process)' <<<\"\$0\"" "$out"
+finish
