@@ -257,6 +257,14 @@ MLZ_EXPORT int mlz_got_blindspot_scan(mlz_got_blindspot_report *out);
 /* Human-readable table, snprintf semantics (returns the length it needed). */
 MLZ_EXPORT int mlz_got_format_report(const mlz_got_blindspot_report *r, char *buf, size_t len);
 
+/* ---- families.c: other allocators' prefixed entry points ---------------- */
+
+/* jemalloc's je_*, tcmalloc's tc_*, mimalloc's mi_* functions whose
+ * arguments are those of a standard one (kind: "malloc", "free", "calloc",
+ * "realloc", "memalign" or "posix_memalign"), ending with a NULL name. */
+typedef struct mlz_got_family_fn { const char *name, *kind; } mlz_got_family_fn;
+MLZ_EXPORT extern const mlz_got_family_fn mlz_got_family_fns[];
+
 /* ---- inline hooks: allocators the GOT never sees (inline_alloc.c) ------ */
 
 /*

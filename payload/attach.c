@@ -166,20 +166,21 @@ static int add_hook_spec(const char *v, size_t vlen)
     return add_named(name, nlen, kind, fn, size, MLZ_GOT_HOOK_INLINE);
 }
 
-/* The prefixed families present in the process. An entry point defined in
- * the module that also defines malloc, at another address, is that
- * allocator's inside: its calls arrive through malloc already. */
+/* The prefixed families present in the process. When the family is the
+ * process's allocator (its module defines malloc), an entry point that is
+ * not an alias of the standard function of its kind is its inside (mimalloc's
+ * malloc calling mi_malloc): its calls arrive through that function already. */
 static void add_families(void)
 {
     Dl_info mi;
     void *m = dlsym(RTLD_DEFAULT, "malloc");
     int have_m = m && dladdr(m, &mi);
-    for (const mlz_family_fn *f = mlz__family_fns; f->name; f++) {
+    for (const mlz_got_family_fn *f = mlz_got_family_fns; f->name; f++) {
         void *a = dlsym(RTLD_DEFAULT, f->name);
         Dl_info ai;
         if (!a || !dladdr(a, &ai)) continue;
-        if (have_m && ai.dli_fbase == mi.dli_fbase && a != m) continue;
-        add_named(f->name, strlen(f->name), f->kind, 0, 0, MLZ_GOT_HOOK_ALLOC);
+        if (have_m && ai.dli_fbase == mi.dli_fbase && a != dlsym(RTLD_DEFAULT, f->kind)) continue;
+        add_named(f->name, strlen(f->name), mlz__kind_of(f->kind, strlen(f->kind)), 0, 0, MLZ_GOT_HOOK_ALLOC);
     }
 }
 

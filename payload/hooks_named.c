@@ -39,25 +39,6 @@ int mlz__kind_of(const char *word, size_t len)
     return -1;
 }
 
-/* Entry points whose signature is the standard one of their kind. Others
- * (mi_malloc_aligned's (size, align), tc_new_nothrow's extra argument,
- * je_mallocx's flags) are left out: a hook of the wrong shape would pass
- * the original the wrong arguments. */
-const mlz_family_fn mlz__family_fns[] = {
-    { "je_malloc", MLZ_KIND_MALLOC }, { "je_free", MLZ_KIND_FREE }, { "je_calloc", MLZ_KIND_CALLOC },
-    { "je_realloc", MLZ_KIND_REALLOC }, { "je_memalign", MLZ_KIND_MEMALIGN },
-    { "je_aligned_alloc", MLZ_KIND_MEMALIGN }, { "je_posix_memalign", MLZ_KIND_POSIX_MEMALIGN },
-    { "tc_malloc", MLZ_KIND_MALLOC }, { "tc_free", MLZ_KIND_FREE }, { "tc_calloc", MLZ_KIND_CALLOC },
-    { "tc_realloc", MLZ_KIND_REALLOC }, { "tc_memalign", MLZ_KIND_MEMALIGN },
-    { "tc_posix_memalign", MLZ_KIND_POSIX_MEMALIGN }, { "tc_new", MLZ_KIND_MALLOC },
-    { "tc_newarray", MLZ_KIND_MALLOC }, { "tc_delete", MLZ_KIND_FREE }, { "tc_deletearray", MLZ_KIND_FREE },
-    { "mi_malloc", MLZ_KIND_MALLOC }, { "mi_free", MLZ_KIND_FREE }, { "mi_calloc", MLZ_KIND_CALLOC },
-    { "mi_realloc", MLZ_KIND_REALLOC }, { "mi_zalloc", MLZ_KIND_MALLOC }, { "mi_memalign", MLZ_KIND_MEMALIGN },
-    { "mi_aligned_alloc", MLZ_KIND_MEMALIGN }, { "mi_posix_memalign", MLZ_KIND_POSIX_MEMALIGN },
-    { "mi_new", MLZ_KIND_MALLOC },
-    { NULL, 0 },
-};
-
 typedef void *(*malloc_fn)(size_t);
 typedef void (*free_fn)(void *);
 typedef void *(*calloc_fn)(size_t, size_t);

@@ -135,9 +135,6 @@ struct mlz_got_hook;
 int   mlz__kind_of(const char *word, size_t len);   /* "malloc", "aligned_alloc"... -> kind, or -1 */
 void *mlz__named_hook(int slot, int kind);
 void  mlz__named_bind(struct mlz_got_hook *first);
-/* The families' entry points with a standard signature, and their kinds. */
-typedef struct mlz_family_fn { const char *name; int kind; } mlz_family_fn;
-extern const mlz_family_fn mlz__family_fns[];
 
 /* attach.c: the injector's entry points (exported) */
 int memlyze_attach(const char *config);

@@ -6,6 +6,7 @@
 #include "finalize.h"
 #include "loss.h"
 #include "proc.h"
+#include "gotpatch.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -223,28 +224,40 @@ static int prog_path(const char *prog, char *path, size_t cap)
     return -1;
 }
 
-static int exe_defines_malloc(const char *prog)
+/* Why the executable needs GOT mode, or NULL: it defines malloc itself
+ * (direct calls no interposer sees), or it calls another allocator's
+ * prefixed entry points (mi_malloc...), which only GOT mode hooks. */
+static const char *exe_needs_got(const char *prog, char *why, size_t cap)
 {
     char path[PATH_MAX];
-    if (prog_path(prog, path, sizeof path)) return 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC), yes = 0;
-    if (fd < 0 || elf_version(EV_CURRENT) == EV_NONE) { if (fd >= 0) close(fd); return 0; }
+    if (prog_path(prog, path, sizeof path)) return NULL;
+    int fd = open(path, O_RDONLY | O_CLOEXEC), found = 0;
+    if (fd < 0 || elf_version(EV_CURRENT) == EV_NONE) { if (fd >= 0) close(fd); return NULL; }
     Elf *e = elf_begin(fd, ELF_C_READ, NULL);
     Elf_Scn *scn = NULL;
-    while (e && !yes && (scn = elf_nextscn(e, scn))) {
+    while (e && !found && (scn = elf_nextscn(e, scn))) {
         GElf_Shdr sh;
         if (!gelf_getshdr(scn, &sh) || sh.sh_type != SHT_DYNSYM || !sh.sh_entsize) continue;
         Elf_Data *d = elf_getdata(scn, NULL);
-        for (size_t i = 0; d && i < sh.sh_size / sh.sh_entsize; i++) {
+        for (size_t i = 0; d && i < sh.sh_size / sh.sh_entsize && !found; i++) {
             GElf_Sym sym;
-            if (!gelf_getsym(d, (int)i, &sym) || sym.st_shndx == SHN_UNDEF || GELF_ST_TYPE(sym.st_info) != STT_FUNC) continue;
+            if (!gelf_getsym(d, (int)i, &sym)) continue;
             const char *name = elf_strptr(e, sh.sh_link, sym.st_name);
-            if (name && !strcmp(name, "malloc")) { yes = 1; break; }
+            if (!name) continue;
+            if (sym.st_shndx != SHN_UNDEF && GELF_ST_TYPE(sym.st_info) == STT_FUNC && !strcmp(name, "malloc")) {
+                snprintf(why, cap, "defines malloc itself");
+                found = 1;
+            }
+            for (const mlz_got_family_fn *f = mlz_got_family_fns; f->name && !found; f++)
+                if (!strcmp(name, f->name)) {
+                    snprintf(why, cap, "calls %s, another allocator's entry point", name);
+                    found = 1;
+                }
         }
     }
     if (e) elf_end(e);
     close(fd);
-    return yes;
+    return found ? why : NULL;
 }
 
 #define MAX_HOOKS 16                 /* the payload's named hook slots */
@@ -327,8 +340,9 @@ static int run(int argc, char **argv)
         int e = add_hook(hook_args[k], argv[optind], hooks, sizeof hooks);
         if (e) return e;
     }
-    if (!got && exe_defines_malloc(argv[optind])) {
-        fprintf(stderr, "memlyze run: %s defines malloc itself: using GOT patching with inline hooks (--got)\n", argv[optind]);
+    char why[160];
+    if (!got && exe_needs_got(argv[optind], why, sizeof why)) {
+        fprintf(stderr, "memlyze run: %s %s: using GOT patching with inline hooks (--got)\n", argv[optind], why);
         got = 1;
     }
     char lib[PATH_MAX];

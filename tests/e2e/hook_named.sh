@@ -5,7 +5,9 @@
 # run --hook: every pool site's live bytes exact, the memory the pool takes
 # from malloc for itself not counted again, the code bytes restored after
 # detach, the program's own checks passing. Bad --hook arguments get one
-# line and leave the process as it was.
+# line and leave the process as it was. A prefixed family (mimalloc's
+# mi_malloc, mi_calloc, mi_free called directly next to malloc) is found by
+# itself: each block counted once, attached and under memlyze run.
 . "$(dirname "$0")/lib.sh"
 ATTACH="$B/bin/memlyze-attach"
 DETACH="$B/bin/memlyze-detach"
@@ -90,4 +92,34 @@ wait $P; P=
 out=$("$MEMLYZE" run --hook no_such_fn=malloc -- "$T/pool" < /dev/null 2>&1)
 check "run --hook of a missing function: the payload says so in one line" \
     bash -c "grep -q 'cannot start in GOT mode (a function named by --hook is not defined in the process)' <<<\"\$0\"" "$out"
+# 4. A prefixed family, found without --hook.
+MI=/usr/lib/x86_64-linux-gnu/libmimalloc.so.2
+if [ -f "$MI" ]; then
+    cc -O2 -g -o "$T/mi_app" "$S/mi_app.c" "$MI" || fail "build mi_app"
+    check_mi() {   # check_mi WHAT FILE
+        sites "$2" > "$T/$1.sites"
+        for want in "site_mi 100000" "site_mi_calloc 5000" "site_plain 50000"; do
+            check "$1: ${want% *} holds exactly ${want#* } B, counted once" grep -qx "$want" "$T/$1.sites"
+        done
+        check "$1: site_mi_temp's blocks all freed through mi_free" bash -c "! grep -q '^site_mi_temp [1-9]' '$T/$1.sites'"
+    }
+    printf 'go\n' | "$MEMLYZE" run -r 1 -o "$T/mr.mlyze" -- "$T/mi_app" > "$T/mrun.out" 2>&1
+    check "family, run: GOT mode chosen, saying why" grep -q "calls mi_[a-z]*, another allocator's entry point: using GOT patching" "$T/mrun.out"
+    check_mi "family, run" "$T/mr.mlyze"
+    rm -f "$T/in"; mkfifo "$T/in"
+    "$T/mi_app" < "$T/in" > "$T/mi.out" 2>&1 &
+    P=$!
+    exec {W}>"$T/in"
+    wait_for "$T/mi.out" '^ready'
+    check "family, attached: attach" "$ATTACH" -q -r 1 -o "$T/ma.mlyze" $P
+    echo go >&$W
+    wait_for "$T/mi.out" '^done'
+    sleep 0.3
+    check "family, attached: detach" "$DETACH" -q $P
+    exec {W}>&-
+    wait $P; P=
+    check_mi "family, attached" "$T/ma.mlyze"
+else
+    skip "named hooks: a prefixed family" "libmimalloc2.0 not installed; make deps"
+fi
 finish
