@@ -29,6 +29,7 @@ pkgs=(
   libjemalloc2 libtcmalloc-minimal4 libmimalloc2.0  # allocators memlyze replay compares
   heaptrack         # heaptrack_print reads our heaptrack exports; bench/compare.sh measures against it
   libjemalloc-dev   # libjemalloc.a / libjemalloc_pic.a: inline-hook tests link the allocator into the executable
+  libgoogle-perftools-dev   # libtcmalloc_minimal.a: the same with tcmalloc
 )
 missing=()
 for p in "${pkgs[@]}"; do

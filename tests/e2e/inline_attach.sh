@@ -3,7 +3,7 @@
 # executable (own malloc; jemalloc linked statically, PIE and non-PIE) run
 # 16 threads that allocate and check their data without pause, while
 # memlyze-attach / memlyze-detach cycle INLINE_CYCLES times for own (20
-# here) and INLINE_CYCLES_JE times for each jemalloc build (5 here: a cycle
+# here) and INLINE_CYCLES_JE times for each jemalloc and tcmalloc build (5 here: a cycle
 # finalizes a trace, seconds on a loaded machine); make soak runs 100 each.
 # Each cycle: memlyze-attach -v names the hooks it wrote with every thread
 # stopped, and its printed pause includes that stop; the allocator's code
@@ -30,6 +30,13 @@ if [ -f $JE/libjemalloc_pic.a ] && [ -f $JE/libjemalloc.a ]; then
     variants="$variants je_pie je_nopie"
 else
     skip "inline attach: jemalloc linked statically" "libjemalloc-dev not installed"
+fi
+# tcmalloc linked statically (malloc and tc_malloc one function, aliases).
+if [ -f $JE/libtcmalloc_minimal.a ]; then
+    cc -O2 -g -pthread -o "$T/tc_static" "$S/sites.c" $JE/libtcmalloc_minimal.a -lstdc++ -ldl -lm || fail "build tc_static"
+    variants="$variants tc_static"
+else
+    skip "inline attach: tcmalloc linked statically" "libgoogle-perftools-dev not installed; make deps"
 fi
 
 code_bytes() { python3 "$S/code_bytes.py" "$@"; }   # code_bytes PID BINARY SYMBOL [FILE]

@@ -38,6 +38,13 @@ if [ -f $JE/libjemalloc_pic.a ] && [ -f $JE/libjemalloc.a ]; then
 else
     skip "inline hooks: jemalloc linked statically" "libjemalloc-dev not installed"
 fi
+# tcmalloc linked statically (malloc and tc_malloc one function, aliases).
+if [ -f $JE/libtcmalloc_minimal.a ]; then
+    cc -O2 -g -pthread -o "$T/tc_static" "$S/sites.c" $JE/libtcmalloc_minimal.a -lstdc++ -ldl -lm || fail "build tc_static"
+    variants="$variants tc_static"
+else
+    skip "inline hooks: tcmalloc linked statically" "libgoogle-perftools-dev not installed; make deps"
+fi
 
 for v in $variants; do
     "$MEMLYZE" run --got --coverage -o "$T/$v-cov.mlyze" -- "$T/$v" 2 >/dev/null 2>"$T/$v.err"
@@ -57,7 +64,7 @@ for v in $variants; do
     # ALLOC before the old FREE, and the trace shows unmatched frees. That
     # is the hooks' ordering, not the inline hooks: checked on jemalloc
     # (per-thread caches) only, and on own with one thread.
-    case $v in je_*) check "$v: no unmatched frees" bash -c "! '$MEMLYZE' stats '$T/$v.mlyze' | grep -q unmatched" ;; esac
+    case $v in je_*|tc_*) check "$v: no unmatched frees" bash -c "! '$MEMLYZE' stats '$T/$v.mlyze' | grep -q unmatched" ;; esac
 done
 if [ -f "$T/bsym.err" ]; then
     check "bsym: the hook is in the -Bsymbolic library" grep -q "inline hook malloc at .* in .*libbsym.so" "$T/bsym.err"
