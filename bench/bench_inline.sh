@@ -3,11 +3,12 @@
 # reached through the jump at its entry and the trampoline) next to the GOT
 # path (glibc's malloc through patched slots), each against the same program
 # unprofiled, at the default 512 KiB rate, all in one run: the four
-# configurations alternate, RUNS times, medians compared.
+# configurations alternate, RUNS times, medians compared. Every run is
+# pinned to the last CPU, so they all see the same core and caches.
 set -eu
 cd "$(dirname "$0")/.."
 B=${MLZ_BUILD:-build}
-RUNS=${RUNS:-7}
+RUNS=${RUNS:-9}
 PAIRS=${PAIRS:-20000000}
 JE=/usr/lib/x86_64-linux-gnu/libjemalloc_pic.a
 [ -f "$JE" ] || { echo "bench_inline: skipped (libjemalloc-dev not installed)"; exit 0; }
@@ -18,13 +19,14 @@ LIB=$(pwd)/$B/lib/libmemlyze.so
 SP=$(mktemp -d /tmp/mlz-bench.XXXXXX)
 trap 'rm -rf "$SP"' EXIT
 
+PIN=; command -v taskset >/dev/null && PIN="taskset -c $(( $(nproc) - 1 ))"
 median() { sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 one() {   # one BINARY [profiled] -> ns per malloc+free pair
     if [ "${2:-}" = profiled ]; then
-        LD_PRELOAD="$LIB" MEMLYZE_MODE=got MEMLYZE_SPOOL="$SP/s" "$1" pair "$PAIRS" | head -1
+        LD_PRELOAD="$LIB" MEMLYZE_MODE=got MEMLYZE_SPOOL="$SP/s" $PIN "$1" pair "$PAIRS" | head -1
         rm -f "$SP"/s*
     else
-        "$1" pair "$PAIRS" | head -1
+        $PIN "$1" pair "$PAIRS" | head -1
     fi
 }
 # the inline hooks must really be there, or the figure means nothing
