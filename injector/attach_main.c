@@ -3,6 +3,7 @@
  * process, no restart, no debugger.
  */
 #include "injector.h"
+#include "info.h"
 #include "inline_sites.h"
 
 #include <errno.h>
@@ -54,7 +55,7 @@ static int parse_bytes(const char *s, unsigned long long *v)
     return 0;
 }
 
-#define MAX_HOOKS 16                 /* the payload's named hook slots */
+#define MAX_HOOKS MEMLYZE_NAMED_HOOKS_MAX
 
 /* --hook SYMBOL=KIND, and where the symbol was found. */
 typedef struct hook_arg {
@@ -62,8 +63,7 @@ typedef struct hook_arg {
     uint64_t addr, size;
 } hook_arg;
 
-static const char *const hook_kinds[] = { "malloc", "free", "calloc", "realloc", "memalign", "aligned_alloc",
-                                          "posix_memalign" };
+static const char *const hook_kinds[] = MEMLYZE_HOOK_KINDS;
 
 static int parse_hook(char *arg, hook_arg *h)
 {
@@ -169,8 +169,7 @@ static int parse_args(int argc, char **argv, attach_args *a, int *exit_code)
         case O_HOOK:
             if (a->nhooks == MAX_HOOKS) return *exit_code = die_usage("at most 16 --hook"), -1;
             if (parse_hook(optarg, &a->hooks[a->nhooks++]))
-                return *exit_code = die_usage("--hook takes SYMBOL=KIND, KIND one of malloc, free, calloc, realloc, "
-                                              "memalign, aligned_alloc, posix_memalign"), -1;
+                return *exit_code = die_usage("--hook takes SYMBOL=KIND, KIND one of " MEMLYZE_HOOK_KINDS_TEXT), -1;
             break;
         case 'h': fputs(usage, stdout); return -1;
         default: return *exit_code = die_usage("bad option"), -1;

@@ -18,6 +18,7 @@
  */
 #include "payload.h"
 #include "gotpatch.h"
+#include "info.h"
 
 #include <string.h>
 
@@ -28,14 +29,15 @@ void mlz__named_bind(struct mlz_got_hook *first)
     named = first;
 }
 
-static const char *const kind_names[MLZ_NKINDS] = { "malloc", "free", "calloc", "realloc", "memalign",
-                                                     "posix_memalign" };
-
 int mlz__kind_of(const char *word, size_t len)
 {
-    if (len == 13 && !memcmp(word, "aligned_alloc", 13)) return MLZ_KIND_MEMALIGN;   /* (align, size) too */
-    for (int k = 0; k < MLZ_NKINDS; k++)
-        if (strlen(kind_names[k]) == len && !memcmp(word, kind_names[k], len)) return k;
+    static const char *const names[] = MEMLYZE_HOOK_KINDS;
+    /* Their hooks, by the arguments: aligned_alloc takes memalign's. */
+    static const int kinds[] = { MLZ_KIND_MALLOC, MLZ_KIND_FREE, MLZ_KIND_CALLOC, MLZ_KIND_REALLOC,
+                                 MLZ_KIND_MEMALIGN, MLZ_KIND_MEMALIGN, MLZ_KIND_POSIX_MEMALIGN };
+    _Static_assert(sizeof names / sizeof *names == sizeof kinds / sizeof *kinds, "a hook for every kind");
+    for (size_t k = 0; k < sizeof names / sizeof *names; k++)
+        if (strlen(names[k]) == len && !memcmp(word, names[k], len)) return kinds[k];
     return -1;
 }
 
@@ -133,7 +135,7 @@ static void *const slot_fns[MLZ_NAMED_HOOKS][MLZ_NKINDS] = {
     ROW(0) ROW(1) ROW(2) ROW(3) ROW(4) ROW(5) ROW(6) ROW(7)
     ROW(8) ROW(9) ROW(10) ROW(11) ROW(12) ROW(13) ROW(14) ROW(15)
 };
-_Static_assert(MLZ_NAMED_HOOKS == 16, "one SLOT and ROW per named hook");
+_Static_assert(MLZ_NAMED_HOOKS == 16 && MLZ_NAMED_HOOKS == MEMLYZE_NAMED_HOOKS_MAX, "one SLOT and ROW per named hook");
 
 void *mlz__named_hook(int slot, int kind)
 {

@@ -49,6 +49,14 @@
 #define MEMLYZE_ENTRY_ATTACH_STATS "memlyze_attach_stats"
 #define MEMLYZE_ENTRY_INLINE_SITES "memlyze_inline_sites"   /* inline_sites.h */
 
+/* Named allocators (--hook): memlyze_attach's "hook=KIND:SYMBOL:ADDR:SIZE"
+ * (hex; "exe+VALUE" for an address in the executable; ADDR and SIZE may be
+ * left out to look SYMBOL up among exported functions), $MEMLYZE_HOOKS the
+ * same, comma-separated. A KIND names the arguments the function takes. */
+#define MEMLYZE_HOOK_KINDS { "malloc", "free", "calloc", "realloc", "memalign", "aligned_alloc", "posix_memalign" }
+#define MEMLYZE_HOOK_KINDS_TEXT "malloc, free, calloc, realloc, memalign, aligned_alloc, posix_memalign"
+#define MEMLYZE_NAMED_HOOKS_MAX 16
+
 /* The heap map has 2^log2 slots, log2 in [MIN, MAX] ($MEMLYZE_MAP_LOG2). */
 #define MEMLYZE_MAP_LOG2_MIN 8
 #define MEMLYZE_MAP_LOG2_MAX 28

@@ -130,7 +130,7 @@ void *mlz__realloc_common(void *p, size_t n, size_t m, void *(*call)(const void 
  * original: slot k calls first[k].real of the table given to bind. */
 enum mlz_alloc_kind { MLZ_KIND_MALLOC, MLZ_KIND_FREE, MLZ_KIND_CALLOC, MLZ_KIND_REALLOC, MLZ_KIND_MEMALIGN,
                       MLZ_KIND_POSIX_MEMALIGN, MLZ_NKINDS };
-#define MLZ_NAMED_HOOKS 16
+#define MLZ_NAMED_HOOKS 16   /* MEMLYZE_NAMED_HOOKS_MAX */
 struct mlz_got_hook;
 int   mlz__kind_of(const char *word, size_t len);   /* "malloc", "aligned_alloc"... -> kind, or -1 */
 void *mlz__named_hook(int slot, int kind);

@@ -7,6 +7,7 @@
 #include "loss.h"
 #include "proc.h"
 #include "gotpatch.h"
+#include "info.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -260,9 +261,8 @@ static const char *exe_needs_got(const char *prog, char *why, size_t cap)
     return found ? why : NULL;
 }
 
-#define MAX_HOOKS 16                 /* the payload's named hook slots */
-static const char *const hook_kinds[] = { "malloc", "free", "calloc", "realloc", "memalign", "aligned_alloc",
-                                          "posix_memalign" };
+#define MAX_HOOKS MEMLYZE_NAMED_HOOKS_MAX
+static const char *const hook_kinds[] = MEMLYZE_HOOK_KINDS;
 
 /* --hook SYMBOL=KIND appended to *spec as the payload reads it
  * ($MEMLYZE_HOOKS): "KIND:SYMBOL:exe+VALUE:SIZE" when the executable
@@ -274,8 +274,7 @@ static int add_hook(const char *arg, const char *prog, char *spec, size_t cap)
     size_t k = 0, nk = sizeof hook_kinds / sizeof *hook_kinds;
     while (eq && k < nk && strcmp(eq + 1, hook_kinds[k])) k++;
     if (!eq || eq == arg || k == nk || eq - arg >= 64 || strpbrk(arg, ":,"))
-        return cli_usage_error(&cmd_run, "--hook takes SYMBOL=KIND, KIND one of malloc, free, calloc, realloc, "
-                                         "memalign, aligned_alloc, posix_memalign");
+        return cli_usage_error(&cmd_run, "--hook takes SYMBOL=KIND, KIND one of " MEMLYZE_HOOK_KINDS_TEXT);
     char sym[64], path[PATH_MAX];
     snprintf(sym, sizeof sym, "%.*s", (int)(eq - arg), arg);
     uint64_t value = 0, size = 0;
