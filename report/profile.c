@@ -56,10 +56,20 @@ static void count_old(const addr_obj *o, void *arg)
 /* An object's Horvitz-Thompson weights and their variances. */
 typedef struct weights { double wb, wc, vb, vc; } weights;
 
+/* Exact traces weigh every object 1. Sampled ones repeat a few sizes: the
+ * last weights of each size (direct-mapped by size) spare the exp() calls. */
 static inline weights weights_of(uint64_t size, uint64_t rate)
 {
-    return (weights){ mlz_weight_bytes(size, rate), mlz_weight_count(size, rate), mlz_var_bytes(size, rate),
-                      mlz_var_count(size, rate) };
+    if (rate <= 1) return (weights){ (double)size, 1, 0, 0 };
+    static __thread struct { uint64_t size, rate; weights w; } cache[1024];
+    __typeof__(cache[0]) *c = &cache[(size ^ (size >> 10)) & 1023];
+    if (c->size != size || c->rate != rate) {
+        c->w = (weights){ mlz_weight_bytes(size, rate), mlz_weight_count(size, rate), mlz_var_bytes(size, rate),
+                          mlz_var_count(size, rate) };
+        c->size = size;
+        c->rate = rate;
+    }
+    return c->w;
 }
 
 /* One object more (sign 1) or less (-1) in the live heap of s and of p. */
