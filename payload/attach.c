@@ -261,8 +261,8 @@ static int got_attach(void)
         got_ready = 1;
     }
     if (inline_wanted) mlz_got_inline_prepare();   /* hooks[i].real becomes the trampoline */
-    for (size_t k = 0; k < nnamed; k++)
-        if (!hooks[NHOOKS + k].real) return -ESRCH;   /* a --hook symbol the process lacks */
+    for (size_t k = 0; k < nnamed; k++)   /* a --hook symbol the process lacks (a family may come and go) */
+        if (!hooks[NHOOKS + k].real && (hooks[NHOOKS + k].flags & MLZ_GOT_HOOK_INLINE)) return -ESRCH;
     mlz_real_fns r = {
         hooks[H_MALLOC].real, hooks[H_FREE].real, hooks[H_CALLOC].real, hooks[H_REALLOC].real,
         hooks[H_POSIX_MEMALIGN].real, hooks[H_ALIGNED_ALLOC].real, hooks[H_MEMALIGN].real,
