@@ -11,7 +11,10 @@
 S="$ROOT/tests/e2e/serve"
 PIDS=()
 cleanup() {
-    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done
+    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null && wait "$p" 2>/dev/null; done
+    # servers killed while attached leave their spool (memlyze-detach would
+    # recover it): not needed here
+    for p in "${PIDS[@]}"; do rm -rf "/tmp/memlyze-$p"; done
     rm -rf "$T"
 }
 trap cleanup EXIT

@@ -10,9 +10,13 @@ cc -O2 -g -pthread -o "$T/server" "$ROOT/demo/server.c" || fail "build server"
 SOCK="mlz-watch-$$"
 TM() { tmux -L "$SOCK" -f /dev/null "$@"; }
 SPID=
+ATTACHED=()
 cleanup() {
     TM kill-server 2>/dev/null
-    [ -n "$SPID" ] && kill "$SPID" 2>/dev/null
+    [ -n "$SPID" ] && kill "$SPID" 2>/dev/null && wait "$SPID" 2>/dev/null
+    # servers killed while attached leave their spool (memlyze-detach would
+    # recover it): not needed here
+    for p in "${ATTACHED[@]}"; do rm -rf "/tmp/memlyze-$p"; done
     rm -rf "$T"
 }
 trap cleanup EXIT
@@ -20,6 +24,7 @@ trap cleanup EXIT
 start_server() {
     "$T/server" 4 > "$T/server.out" &
     SPID=$!
+    ATTACHED+=("$SPID")
     sleep 0.5
     "$B/bin/memlyze-attach" -r 64k -o "$T/trace.$SPID.mlyze" "$SPID" > "$T/attach.out" 2>&1
 }
