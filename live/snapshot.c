@@ -25,6 +25,7 @@
 
 #include <errno.h>
 #include <jansson.h>
+#include <pthread.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -34,23 +35,32 @@
 #include <time.h>
 #include <unistd.h>
 
-/* Entries in birth order (the event stream needs non-negative deltas): an
- * LSD radix sort of (time, index) pairs, 11 bits a pass, then one gather
- * into a new array that replaces *v. A pass whose digit is the same for
- * every key moves nothing and is skipped: times of one process share their
- * high bits. For 10^6 entries it is ~10x faster than qsort. */
+/* Entries in birth order (the event stream needs non-negative deltas, in
+ * microseconds): an LSD radix sort of (microseconds since the first birth,
+ * index) pairs, 11 bits a pass and only as many passes as the largest key
+ * needs (3 for 16 s of births), then one gather into a new array that
+ * replaces *v. Stable: births of one microsecond keep their slot order.
+ * For 10^6 entries it is ~10x faster than qsort. */
 typedef struct { uint64_t t; uint32_t i; } tkey;
 
-static int sort_by_time(snap_obj **v, size_t n)
+static int sort_by_time(snap_obj **v, size_t n, uint64_t mono2real)
 {
-    tkey *a = malloc(n * sizeof *a), *b = malloc(n * sizeof *b);
+    tkey *a = malloc((n ? n : 1) * sizeof *a), *b = malloc((n ? n : 1) * sizeof *b);
     snap_obj *out = malloc((n ? n : 1) * sizeof *out);
     if (!a || !b || !out) { free(a); free(b); free(out); return -1; }
-    for (size_t i = 0; i < n; i++) a[i] = (tkey){ (*v)[i].time_ns, (uint32_t)i };
-    for (int shift = 0; shift < 64; shift += 11) {
+    /* The microseconds the writer will write: (time_ns + mono2real) / 1000. */
+    uint64_t t0 = UINT64_MAX, hi = 0;
+    for (size_t i = 0; i < n; i++) {
+        a[i] = (tkey){ ((*v)[i].time_ns + mono2real) / 1000, (uint32_t)i };
+        if (a[i].t < t0) t0 = a[i].t;
+    }
+    for (size_t i = 0; i < n; i++) {
+        a[i].t -= t0;
+        if (a[i].t > hi) hi = a[i].t;
+    }
+    for (int shift = 0; shift < 64 && (hi >> shift); shift += 11) {
         size_t count[2049] = { 0 };
         for (size_t i = 0; i < n; i++) count[((a[i].t >> shift) & 2047) + 1]++;
-        if (n && count[((a[0].t >> shift) & 2047) + 1] == n) continue;
         for (int d = 0; d < 2048; d++) count[d + 1] += count[d];
         for (size_t i = 0; i < n; i++) b[count[(a[i].t >> shift) & 2047]++] = a[i];
         tkey *x = a; a = b; b = x;
@@ -158,47 +168,91 @@ static int settle_entry(pid_t pid, const struct memlyze_info *in, uint64_t at, c
     return 1;
 }
 
-/* Copies the map in 4 MiB pieces while the program runs, keeping only what
- * a snapshot needs of each consistent entry. Most slots are empty: their
- * key is looked at before anything else is decoded. */
-static int copy_map(pid_t pid, const struct memlyze_info *in, const live_globals *g, mlz_live_heap *h,
-                    char *err, size_t errlen)
+/* A range of the map's slots, copied and scanned by one thread. */
+typedef struct scan_part {
+    pid_t pid;
+    const struct memlyze_info *in;
+    const live_globals *g;
+    size_t from, to;
+    snap_obj *live;
+    size_t n, cap;
+    snapshot_stats st;               /* its retried and skipped */
+    int rc;                          /* 0, -1 out of memory, -2 the map went away */
+} scan_part;
+
+/* Copies the slots in 4 MiB pieces while the program runs, keeping only
+ * what a snapshot needs of each consistent entry. Most slots are empty:
+ * their key is looked at before anything else is decoded. */
+static void *scan_part_run(void *arg)
 {
-    size_t cap = (size_t)g->mask + 1, esz = in->entry_size, per = (4u << 20) / esz, lcap = 4096, nlive = 0;
+    scan_part *s = arg;
+    size_t esz = s->in->entry_size, per = (4u << 20) / esz;
     uint8_t *slots = malloc(per * esz);
-    snap_obj *live = malloc(lcap * sizeof *live);
-    int rc = 0;
-    if (!slots || !live) rc = errbuf_set(err, errlen, "out of memory");
-    for (size_t i = 0; !rc && i < cap; i++) {
-        if (i % per == 0) {
-            size_t cnt = cap - i < per ? cap - i : per;
-            if (mlz_proc_read(pid, g->slots_addr + i * esz, slots, cnt * esz)) {
-                rc = errbuf_set(err, errlen, "process %d went away or unmapped its heap map", (int)pid) - 1;
+    s->cap = 4096;
+    s->live = malloc(s->cap * sizeof *s->live);
+    if (!slots || !s->live) s->rc = -1;
+    for (size_t i = s->from; !s->rc && i < s->to; i++) {
+        if ((i - s->from) % per == 0) {
+            size_t cnt = s->to - i < per ? s->to - i : per;
+            if (mlz_proc_read(s->pid, s->g->slots_addr + i * esz, slots, cnt * esz)) {
+                s->rc = -2;
                 break;
             }
         }
-        const uint8_t *raw = slots + (i % per) * esz;
+        const uint8_t *raw = slots + ((i - s->from) % per) * esz;
         uint64_t k;
-        memcpy(&k, raw + in->entry_key, 8);
+        memcpy(&k, raw + s->in->entry_key, 8);
         if (k == MLZ_HEAP_EMPTY || k == MLZ_HEAP_TOMBSTONE) continue;
         mlz_heap_entry e;
-        if (!settle_entry(pid, in, g->slots_addr + i * esz, raw, &e, &h->st)) continue;
-        if (nlive == lcap) {
-            snap_obj *nv = realloc(live, 2 * lcap * sizeof *nv);
-            if (!nv) { rc = errbuf_set(err, errlen, "out of memory"); break; }
-            live = nv;
-            lcap *= 2;
+        if (!settle_entry(s->pid, s->in, s->g->slots_addr + i * esz, raw, &e, &s->st)) continue;
+        if (s->n == s->cap) {
+            snap_obj *nv = realloc(s->live, 2 * s->cap * sizeof *nv);
+            if (!nv) { s->rc = -1; break; }
+            s->live = nv;
+            s->cap *= 2;
         }
-        live[nlive++] = (snap_obj){ atomic_load(&e.key), e.size, e.time_ns, e.stack_id, e.tid };
+        s->live[s->n++] = (snap_obj){ atomic_load(&e.key), e.size, e.time_ns, e.stack_id, e.tid };
     }
     free(slots);
-    if (!rc && sort_by_time(&live, nlive)) rc = errbuf_set(err, errlen, "out of memory");
+    return NULL;
+}
+
+/* The live entries of the whole map, in birth order: the two halves are
+ * scanned at once (one on a thread of our own when the map is large),
+ * then joined in slot order and sorted. */
+static int copy_map(pid_t pid, const struct memlyze_info *in, const live_globals *g, mlz_live_heap *h,
+                    char *err, size_t errlen)
+{
+    size_t cap = (size_t)g->mask + 1;
+    scan_part part[2] = { { .pid = pid, .in = in, .g = g, .from = 0, .to = cap / 2 },
+                          { .pid = pid, .in = in, .g = g, .from = cap / 2, .to = cap } };
+    pthread_t t;
+    int threaded = cap >= (1u << 16) && pthread_create(&t, NULL, scan_part_run, &part[1]) == 0;
+    scan_part_run(&part[0]);
+    if (threaded) pthread_join(t, NULL);
+    else scan_part_run(&part[1]);
+    int rc = part[0].rc ? part[0].rc : part[1].rc;
+    snap_obj *live = NULL;
+    size_t n = part[0].n + part[1].n;
+    if (!rc && !(live = realloc(part[0].live, (n ? n : 1) * sizeof *live))) rc = -1;
+    if (!rc) {
+        part[0].live = NULL;
+        memcpy(live + part[0].n, part[1].live, part[1].n * sizeof *live);
+        if (sort_by_time(&live, n, g->mono2real)) rc = -1;
+    }
+    free(part[0].live);
+    free(part[1].live);
+    for (int k = 0; k < 2; k++) {
+        h->st.retried += part[k].st.retried;
+        h->st.skipped += part[k].st.skipped;
+    }
     if (rc) {
         free(live);
-        return rc;
+        if (rc == -2) return errbuf_set(err, errlen, "process %d went away or unmapped its heap map", (int)pid) - 1;
+        return errbuf_set(err, errlen, "out of memory");
     }
     h->obj = live;
-    h->nobj = h->st.live = nlive;
+    h->nobj = h->st.live = n;
     return 0;
 }
 
