@@ -6,9 +6,9 @@
  * into the hooks or take the allocator's locks at the worst moment. So
  * growable tables come straight from mmap/mremap, and strings that reports
  * hand out (module paths) go to a bump arena that is never freed, keeping
- * every pointer we returned valid for the life of the process. The arena
- * grows by a few hundred bytes per loaded module, which is bounded in
- * practice even for processes that dlopen/dlclose in a loop.
+ * every pointer we returned valid for the life of the process. Each
+ * distinct path is stored once, so the arena grows with the modules a
+ * process ever loaded, not with attach/detach cycles or dlopen loops.
  */
 #include <string.h>
 #include <sys/mman.h>
@@ -37,9 +37,17 @@ int mlz__vec_reserve(void **p, size_t *cap, size_t elem, size_t need)
 static char *arena_cur;
 static size_t arena_left;
 
+/* Every string handed out, so a path seen again (a module re-examined at
+ * each attach after a detach emptied the module table) is the same copy:
+ * the arena grows with the distinct paths, not with the attaches. */
+static const char **interned;
+static size_t ninterned, capinterned;
+
 /* Callers hold the patch lock, which serialises the bump pointer. */
 const char *mlz__strdup_arena(const char *s)
 {
+    for (size_t i = 0; i < ninterned; i++)
+        if (!strcmp(interned[i], s)) return interned[i];
     size_t n = strlen(s) + 1;
     if (n > arena_left) {
         size_t sz = n > ARENA_CHUNK ? (n + 4095) & ~(size_t)4095 : ARENA_CHUNK;
@@ -52,5 +60,7 @@ const char *mlz__strdup_arena(const char *s)
     memcpy(r, s, n);
     arena_cur += n;
     arena_left -= n;
+    if (mlz__vec_reserve((void **)&interned, &capinterned, sizeof *interned, ninterned + 1) == 0)
+        interned[ninterned++] = r;
     return r;
 }

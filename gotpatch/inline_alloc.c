@@ -27,6 +27,7 @@
 static mlz_inline inl[MLZ_GOT_MAX_HOOKS];
 static const char *inl_module[MLZ_GOT_MAX_HOOKS];
 static uint8_t tried[MLZ_GOT_MAX_HOOKS];     /* 1: candidate examined (prepared or refused) */
+static uint8_t examined[MLZ_GOT_MAX_HOOKS];  /* 1: looked at once; not again at later attaches */
 static uint8_t alias_of[MLZ_GOT_MAX_HOOKS];  /* k + 1: the same function, hooked as k */
 
 struct find { uintptr_t addr; const char *name; int index; uintptr_t size; const char *module; int candidate; };
@@ -99,7 +100,10 @@ int mlz_got_inline_prepare(void)
             if (inl[i].state) mlz__got.user_hooks[i].real = inl[i].trampoline, n++;
             continue;
         }
-        if (!real) continue;
+        /* Looked at once per process, as the hooks are: a later attach
+         * must not redo the work (nor take arena memory for it again). */
+        if (!real || examined[i]) continue;
+        examined[i] = 1;
         /* an alias already hooked under another name (malloc == je_malloc) */
         int dup = 0;
         for (size_t k = 0; k < mlz__got.nhooks && !dup; k++)
