@@ -91,14 +91,20 @@ typedef struct parse {
     size_t nd, cd, cap;
 } parse;
 
+/* Doubles *v (of *cap elements of elem bytes) when n reached it. */
+static int room_for_one(void **v, size_t n, size_t *cap, size_t elem)
+{
+    if (n < *cap) return 0;
+    void *nv = realloc(*v, 2 * *cap * elem);
+    if (!nv) return -1;
+    *v = nv;
+    *cap *= 2;
+    return 0;
+}
+
 static int push_decl(parse *x, decl v)
 {
-    if (x->nd == x->cd) {
-        decl *nv = realloc(x->d, 2 * x->cd * sizeof *nv);
-        if (!nv) return -1;
-        x->d = nv;
-        x->cd *= 2;
-    }
+    if (room_for_one((void **)&x->d, x->nd, &x->cd, sizeof *x->d)) return -1;
     x->d[x->nd++] = v;
     return 0;
 }
@@ -106,12 +112,7 @@ static int push_decl(parse *x, decl v)
 static int push_obj(parse *x, arc_obj o)
 {
     arc_file *a = x->a;
-    if (a->nobjs == x->cap) {
-        arc_obj *nv = realloc(a->objs, 2 * x->cap * sizeof *nv);
-        if (!nv) return -1;
-        a->objs = nv;
-        x->cap *= 2;
-    }
+    if (room_for_one((void **)&a->objs, a->nobjs, &x->cap, sizeof *a->objs)) return -1;
     a->objs[a->nobjs++] = o;
     return 0;
 }
