@@ -23,21 +23,8 @@ S="$ROOT/tests/targets/inline"
 
 cc -O2 -g -pthread -o "$T/own" "$S/sites.c" "$S/own_alloc.c" -ldl || fail "build own"
 variants=own
-JE=/usr/lib/x86_64-linux-gnu
-if [ -f $JE/libjemalloc_pic.a ] && [ -f $JE/libjemalloc.a ]; then
-    cc -O2 -g -pie -fPIE -pthread -o "$T/je_pie" "$S/sites.c" $JE/libjemalloc_pic.a -ldl -lm || fail "build je_pie"
-    cc -O2 -g -no-pie -fno-PIE -pthread -o "$T/je_nopie" "$S/sites.c" $JE/libjemalloc.a -ldl -lm || fail "build je_nopie"
-    variants="$variants je_pie je_nopie"
-else
-    skip "inline attach: jemalloc linked statically" "libjemalloc-dev not installed"
-fi
-# tcmalloc linked statically (malloc and tc_malloc one function, aliases).
-if [ -f $JE/libtcmalloc_minimal.a ]; then
-    cc -O2 -g -pthread -o "$T/tc_static" "$S/sites.c" $JE/libtcmalloc_minimal.a -lstdc++ -ldl -lm || fail "build tc_static"
-    variants="$variants tc_static"
-else
-    skip "inline attach: tcmalloc linked statically" "libgoogle-perftools-dev not installed; make deps"
-fi
+. "$S/static_allocators.sh"
+add_static_allocators "inline attach"
 
 code_bytes() { python3 "$S/code_bytes.py" "$@"; }   # code_bytes PID BINARY SYMBOL [FILE]
 

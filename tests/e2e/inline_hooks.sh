@@ -30,21 +30,8 @@ cc -O2 -g -pthread -o "$T/own" "$S/sites.c" "$S/own_alloc.c" -ldl || fail "build
 cc -O2 -g -fPIC -shared -Wl,-Bsymbolic -o "$T/libbsym.so" "$S/own_alloc.c" "$S/bsym_site.c" || fail "build libbsym"
 cc -O2 -g -pthread -DBSYM -o "$T/bsym" "$S/sites.c" -L"$T" -lbsym -Wl,-rpath,"$T" -ldl || fail "build bsym"
 variants="own bsym"
-JE=/usr/lib/x86_64-linux-gnu
-if [ -f $JE/libjemalloc_pic.a ] && [ -f $JE/libjemalloc.a ]; then
-    cc -O2 -g -pie -fPIE -pthread -o "$T/je_pie" "$S/sites.c" $JE/libjemalloc_pic.a -ldl -lm || fail "build je_pie"
-    cc -O2 -g -no-pie -fno-PIE -pthread -o "$T/je_nopie" "$S/sites.c" $JE/libjemalloc.a -ldl -lm || fail "build je_nopie"
-    variants="$variants je_pie je_nopie"
-else
-    skip "inline hooks: jemalloc linked statically" "libjemalloc-dev not installed"
-fi
-# tcmalloc linked statically (malloc and tc_malloc one function, aliases).
-if [ -f $JE/libtcmalloc_minimal.a ]; then
-    cc -O2 -g -pthread -o "$T/tc_static" "$S/sites.c" $JE/libtcmalloc_minimal.a -lstdc++ -ldl -lm || fail "build tc_static"
-    variants="$variants tc_static"
-else
-    skip "inline hooks: tcmalloc linked statically" "libgoogle-perftools-dev not installed; make deps"
-fi
+. "$S/static_allocators.sh"
+add_static_allocators "inline hooks"
 
 for v in $variants; do
     "$MEMLYZE" run --got --coverage -o "$T/$v-cov.mlyze" -- "$T/$v" 2 >/dev/null 2>"$T/$v.err"
