@@ -25,7 +25,6 @@
 
 #include <errno.h>
 #include <jansson.h>
-#include <pthread.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -168,7 +167,7 @@ static int settle_entry(pid_t pid, const struct memlyze_info *in, uint64_t at, c
     return 1;
 }
 
-/* A range of the map's slots, copied and scanned by one thread. */
+/* A range of the map's slots and what its scan found. */
 typedef struct scan_part {
     pid_t pid;
     const struct memlyze_info *in;
@@ -217,42 +216,25 @@ static void *scan_part_run(void *arg)
     return NULL;
 }
 
-/* The live entries of the whole map, in birth order: the two halves are
- * scanned at once (one on a thread of our own when the map is large),
- * then joined in slot order and sorted. */
+/* The live entries of the whole map, in birth order. (Scanning its two
+ * halves on two threads was tried: on two cores, with the target's own
+ * threads busy, the median snapshot got slower.) */
 static int copy_map(pid_t pid, const struct memlyze_info *in, const live_globals *g, mlz_live_heap *h,
                     char *err, size_t errlen)
 {
-    size_t cap = (size_t)g->mask + 1;
-    scan_part part[2] = { { .pid = pid, .in = in, .g = g, .from = 0, .to = cap / 2 },
-                          { .pid = pid, .in = in, .g = g, .from = cap / 2, .to = cap } };
-    pthread_t t;
-    int threaded = cap >= (1u << 16) && pthread_create(&t, NULL, scan_part_run, &part[1]) == 0;
-    scan_part_run(&part[0]);
-    if (threaded) pthread_join(t, NULL);
-    else scan_part_run(&part[1]);
-    int rc = part[0].rc ? part[0].rc : part[1].rc;
-    snap_obj *live = NULL;
-    size_t n = part[0].n + part[1].n;
-    if (!rc && !(live = realloc(part[0].live, (n ? n : 1) * sizeof *live))) rc = -1;
-    if (!rc) {
-        part[0].live = NULL;
-        memcpy(live + part[0].n, part[1].live, part[1].n * sizeof *live);
-        if (sort_by_time(&live, n, g->mono2real)) rc = -1;
-    }
-    free(part[0].live);
-    free(part[1].live);
-    for (int k = 0; k < 2; k++) {
-        h->st.retried += part[k].st.retried;
-        h->st.skipped += part[k].st.skipped;
-    }
+    scan_part s = { .pid = pid, .in = in, .g = g, .from = 0, .to = (size_t)g->mask + 1 };
+    scan_part_run(&s);
+    h->st.retried += s.st.retried;
+    h->st.skipped += s.st.skipped;
+    int rc = s.rc;
+    if (!rc && sort_by_time(&s.live, s.n, g->mono2real)) rc = -1;
     if (rc) {
-        free(live);
+        free(s.live);
         if (rc == -2) return errbuf_set(err, errlen, "process %d went away or unmapped its heap map", (int)pid) - 1;
         return errbuf_set(err, errlen, "out of memory");
     }
-    h->obj = live;
-    h->nobj = h->st.live = n;
+    h->obj = s.live;
+    h->nobj = h->st.live = s.n;
     return 0;
 }
 
