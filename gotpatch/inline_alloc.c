@@ -47,11 +47,11 @@ static int find_cb(struct dl_phdr_info *info, size_t size, void *arg)
     mlz__dyn d;
     if (mlz__dyn_parse(info, &d) != 0 || !mlz__in_module(&d, f->addr)) return 0;
     const char *path = info->dlpi_name ? info->dlpi_name : "";
+    f->module = mlz__strdup_arena(main_exe ? "" : path);   /* interned: once per path */
     if (mlz__skip_reason(info) || is_libc(path)) return 1;
     const ElfW(Sym) *s = mlz__dyn_lookup_def(&d, f->name);
     if (!s || d.base + s->st_value != f->addr) return 1;
     f->size = s->st_size;
-    f->module = mlz__strdup_arena(main_exe ? "" : path);
     f->candidate = main_exe;
     for (size_t i = 0; i < d.phnum && !f->candidate; i++) {
         const ElfW(Phdr) *ph = &d.phdr[i];
@@ -61,32 +61,16 @@ static int find_cb(struct dl_phdr_info *info, size_t size, void *arg)
     return 1;
 }
 
-/* The module holding addr, for the report ("" is the main executable). */
-static int module_cb(struct dl_phdr_info *info, size_t size, void *arg)
-{
-    (void)size;
-    struct find *f = arg;
-    int main_exe = f->index++ == 0;
-    mlz__dyn d;
-    if (mlz__dyn_parse(info, &d) != 0 || !mlz__in_module(&d, f->addr)) return 0;
-    f->module = mlz__strdup_arena(main_exe || !info->dlpi_name ? "" : info->dlpi_name);
-    return 1;
-}
-
 /* Whether hook i is a candidate, with its size and module in *f. */
 static int candidate(size_t i, uintptr_t real, struct find *f)
 {
     const mlz_got_hook *h = &mlz__got.user_hooks[i];
+    int named = (h->flags & MLZ_GOT_HOOK_INLINE) != 0;   /* asked for by name: wherever it is */
+    if (!named && !mlz__is_alloc_name(mlz__got.name[i]) && !(h->flags & MLZ_GOT_HOOK_ALLOC)) return 0;
     *f = (struct find){ .addr = real, .name = mlz__got.name[i] };
-    if (h->flags & MLZ_GOT_HOOK_INLINE) {   /* asked for by name: wherever it is */
-        dl_iterate_phdr(module_cb, f);
-        f->size = h->fn_size;
-        return 1;
-    }
-    if (!mlz__is_alloc_name(mlz__got.name[i]) && !(h->flags & MLZ_GOT_HOOK_ALLOC)) return 0;
     dl_iterate_phdr(find_cb, f);
-    if (h->fn_size) f->size = h->fn_size;
-    return f->candidate;
+    if (h->fn_size || named) f->size = h->fn_size;
+    return named || f->candidate;
 }
 
 int mlz_got_inline_prepare(void)

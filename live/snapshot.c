@@ -167,38 +167,37 @@ static int settle_entry(pid_t pid, const struct memlyze_info *in, uint64_t at, c
     return 1;
 }
 
-/* A range of the map's slots and what its scan found. */
-typedef struct scan_part {
+/* One scan of the heap map: what it reads and what it found. */
+typedef struct map_scan {
     pid_t pid;
     const struct memlyze_info *in;
     const live_globals *g;
-    size_t from, to;
     snap_obj *live;
     size_t n, cap;
     snapshot_stats st;               /* its retried and skipped */
     int rc;                          /* 0, -1 out of memory, -2 the map went away */
-} scan_part;
+} map_scan;
 
 /* Copies the slots in 4 MiB pieces while the program runs, keeping only
  * what a snapshot needs of each consistent entry. Most slots are empty:
  * their key is looked at before anything else is decoded. */
-static void *scan_part_run(void *arg)
+static void scan_map(map_scan *s)
 {
-    scan_part *s = arg;
     size_t esz = s->in->entry_size, per = (4u << 20) / esz;
     uint8_t *slots = malloc(per * esz);
     s->cap = 4096;
     s->live = malloc(s->cap * sizeof *s->live);
     if (!slots || !s->live) s->rc = -1;
-    for (size_t i = s->from; !s->rc && i < s->to; i++) {
-        if ((i - s->from) % per == 0) {
-            size_t cnt = s->to - i < per ? s->to - i : per;
+    size_t cap = (size_t)s->g->mask + 1;
+    for (size_t i = 0; !s->rc && i < cap; i++) {
+        if (i % per == 0) {
+            size_t cnt = cap - i < per ? cap - i : per;
             if (mlz_proc_read(s->pid, s->g->slots_addr + i * esz, slots, cnt * esz)) {
                 s->rc = -2;
                 break;
             }
         }
-        const uint8_t *raw = slots + ((i - s->from) % per) * esz;
+        const uint8_t *raw = slots + (i % per) * esz;
         uint64_t k;
         memcpy(&k, raw + s->in->entry_key, 8);
         if (k == MLZ_HEAP_EMPTY || k == MLZ_HEAP_TOMBSTONE) continue;
@@ -213,7 +212,6 @@ static void *scan_part_run(void *arg)
         s->live[s->n++] = (snap_obj){ atomic_load(&e.key), e.size, e.time_ns, e.stack_id, e.tid };
     }
     free(slots);
-    return NULL;
 }
 
 /* The live entries of the whole map, in birth order. (Scanning its two
@@ -222,8 +220,8 @@ static void *scan_part_run(void *arg)
 static int copy_map(pid_t pid, const struct memlyze_info *in, const live_globals *g, mlz_live_heap *h,
                     char *err, size_t errlen)
 {
-    scan_part s = { .pid = pid, .in = in, .g = g, .from = 0, .to = (size_t)g->mask + 1 };
-    scan_part_run(&s);
+    map_scan s = { .pid = pid, .in = in, .g = g };
+    scan_map(&s);
     h->st.retried += s.st.retried;
     h->st.skipped += s.st.skipped;
     int rc = s.rc;

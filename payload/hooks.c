@@ -195,7 +195,7 @@ MLZ_COLD MLZ_NOINLINE void mlz__free_slow(void *p)
             return call;                                                  \
         void *p_ = call;                                                  \
         uint64_t ts_ = mlz__now_ns();                                     \
-        mlz__sample_slow(p_, n_, ts_);                                         \
+        mlz__sample_slow(p_, n_, ts_);                                    \
         return p_;                                                        \
     } while (0)
 

@@ -48,17 +48,40 @@ typedef void *(*realloc_fn)(void *, size_t);
 typedef void *(*memalign_fn)(size_t, size_t);
 typedef int (*posix_memalign_fn)(void **, size_t, size_t);
 
-/* The allocation halves: the original runs with in_named set; the sample
- * (if the countdown ran out) is taken after it, as in hooks.c. */
+/* The allocation hooks: the original runs with in_named set (its own
+ * calls into the allocator below are not samples); the sample, if the
+ * countdown ran out for SIZE bytes, is taken after it, as in hooks.c. */
+#define NAMED_ALLOC(type, result, call, size, ok)                          \
+    do {                                                                   \
+        mlz_tls *t_ = &mlz__tls;                                           \
+        int s_ = mlz_sampler_should_sample(&t_->s, (size));                \
+        t_->in_named++;                                                    \
+        type r_ = (call);                                                  \
+        t_->in_named--;                                                    \
+        if (mlz_unlikely(s_)) mlz__sample_slow((ok) ? (result) : NULL, (size), mlz__now_ns()); \
+        return r_;                                                         \
+    } while (0)
+
 static void *named_malloc(int k, size_t n)
 {
-    mlz_tls *t = &mlz__tls;
-    int s = mlz_sampler_should_sample(&t->s, n);
-    t->in_named++;
-    void *p = ((malloc_fn)named[k].real)(n);
-    t->in_named--;
-    if (mlz_unlikely(s)) mlz__sample_slow(p, n, mlz__now_ns());
-    return p;
+    NAMED_ALLOC(void *, r_, ((malloc_fn)named[k].real)(n), n, 1);
+}
+
+static void *named_calloc(int k, size_t n, size_t m)
+{
+    size_t total;
+    if (__builtin_mul_overflow(n, m, &total)) return ((calloc_fn)named[k].real)(n, m);
+    NAMED_ALLOC(void *, r_, ((calloc_fn)named[k].real)(n, m), total, 1);
+}
+
+static void *named_memalign(int k, size_t align, size_t n)
+{
+    NAMED_ALLOC(void *, r_, ((memalign_fn)named[k].real)(align, n), n, 1);
+}
+
+static int named_posix_memalign(int k, void **out, size_t align, size_t n)
+{
+    NAMED_ALLOC(int, *out, ((posix_memalign_fn)named[k].real)(out, align, n), n, r_ == 0);
 }
 
 static void named_free(int k, void *p)
@@ -67,18 +90,6 @@ static void named_free(int k, void *p)
     mlz__tls.in_named++;
     ((free_fn)named[k].real)(p);
     mlz__tls.in_named--;
-}
-
-static void *named_calloc(int k, size_t n, size_t m)
-{
-    mlz_tls *t = &mlz__tls;
-    size_t total;
-    int s = !__builtin_mul_overflow(n, m, &total) && mlz_sampler_should_sample(&t->s, total);
-    t->in_named++;
-    void *p = ((calloc_fn)named[k].real)(n, m);
-    t->in_named--;
-    if (mlz_unlikely(s)) mlz__sample_slow(p, total, mlz__now_ns());
-    return p;
 }
 
 static void *call_named_realloc(const void *ctx, void *p, size_t n, size_t m)
@@ -93,28 +104,6 @@ static void *call_named_realloc(const void *ctx, void *p, size_t n, size_t m)
 static void *named_realloc(int k, void *p, size_t n)
 {
     return mlz__realloc_common(p, n, 1, call_named_realloc, &named[k]);
-}
-
-static void *named_memalign(int k, size_t align, size_t n)
-{
-    mlz_tls *t = &mlz__tls;
-    int s = mlz_sampler_should_sample(&t->s, n);
-    t->in_named++;
-    void *p = ((memalign_fn)named[k].real)(align, n);
-    t->in_named--;
-    if (mlz_unlikely(s)) mlz__sample_slow(p, n, mlz__now_ns());
-    return p;
-}
-
-static int named_posix_memalign(int k, void **out, size_t align, size_t n)
-{
-    mlz_tls *t = &mlz__tls;
-    int s = mlz_sampler_should_sample(&t->s, n);
-    t->in_named++;
-    int rc = ((posix_memalign_fn)named[k].real)(out, align, n);
-    t->in_named--;
-    if (mlz_unlikely(s)) mlz__sample_slow(rc == 0 ? *out : NULL, n, mlz__now_ns());
-    return rc;
 }
 
 /* Slot k's functions, one per kind, in enum mlz_alloc_kind order. */
