@@ -41,6 +41,10 @@
 #pragma weak ZSTD_decompressDCtx
 #pragma weak ZSTD_compressBound
 #pragma weak ZSTD_isError
+#pragma weak ZSTD_compress
+#pragma weak ZSTD_decompress
+#pragma weak ZSTD_getFrameContentSize
+#pragma weak ZSTD_findFrameCompressedSize
 #pragma weak crc32
 
 #define DIR_BYTES (MLZ_SPLIT_NSTREAMS * 8)
@@ -162,6 +166,58 @@ const uint8_t *mlz_split_stream(const mlz_split_codec *c, int i, size_t *len)
 {
     *len = c->s[i].len;
     return c->s[i].p;
+}
+
+long mlz_split_meta_pack(const void *json, size_t len, uint8_t **out)
+{
+    *out = NULL;
+    if (!ZSTD_compress || len > MLZ_META_MAX) return -1;
+    size_t cap = 4 + ZSTD_compressBound(len);
+    uint8_t *o = malloc(cap);
+    if (!o) return -1;
+    size_t n = ZSTD_compress(o + 4, cap - 4, json, len, MLZ_SPLIT_LEVEL);
+    if (ZSTD_isError(n) || n > UINT32_MAX - 4) { free(o); return -1; }
+    mlz_put_u32(o, mlz_split_crc(o + 4, n));
+    *out = o;
+    return (long)(4 + n);
+}
+
+int mlz_split_meta_unpack(const uint8_t *in, size_t len, char **json, size_t *json_len,
+                          char *why, size_t whylen)
+{
+    *json = NULL;
+    if (!ZSTD_decompress) { snprintf(why, whylen, "compressed metadata needs libzstd"); return -1; }
+    /* The CRC first: zstd's own checks let some damaged bits through (bits
+     * its decoder ignores), and those would decode into other JSON. */
+    if (len < 4 || mlz_get_u32(in) != mlz_split_crc(in + 4, len - 4)) {
+        snprintf(why, whylen, "metadata checksum mismatch");
+        return -1;
+    }
+    in += 4;
+    len -= 4;
+    unsigned long long n = ZSTD_getFrameContentSize(in, len);
+    if (n == ZSTD_CONTENTSIZE_ERROR || n == ZSTD_CONTENTSIZE_UNKNOWN) {
+        snprintf(why, whylen, "metadata is not a zstd frame of known size");
+        return -1;
+    }
+    if (n > MLZ_META_MAX) { snprintf(why, whylen, "metadata frame claims %llu bytes (limit %u)", n, MLZ_META_MAX); return -1; }
+    size_t fl = ZSTD_findFrameCompressedSize(in, len);
+    if (ZSTD_isError(fl) || fl != len) {
+        snprintf(why, whylen, "metadata is not exactly one zstd frame");
+        return -1;
+    }
+    char *j = malloc((size_t)n + 1);
+    if (!j) { snprintf(why, whylen, "out of memory for %llu bytes of metadata", n); return -1; }
+    size_t d = ZSTD_decompress(j, (size_t)n, in, len);
+    if (ZSTD_isError(d) || d != n) {
+        free(j);
+        snprintf(why, whylen, "metadata frame does not decompress to its %llu bytes", n);
+        return -1;
+    }
+    j[n] = 0;
+    *json = j;
+    *json_len = (size_t)n;
+    return 0;
 }
 
 uint32_t mlz_split_crc(const uint8_t *p, size_t n)

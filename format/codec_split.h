@@ -78,6 +78,16 @@ size_t mlz_split_to_v1(const mlz_split_cols *cols, uint8_t *out);
  * before compression: what the models produced (tests look at codes). */
 const uint8_t *mlz_split_stream(const mlz_split_codec *c, int i, size_t *len);
 
+/* The metadata of split files (flag ZMETA): CRC-32 u32 of the frame, then
+ * one zstd frame holding the JSON. pack: *out is malloc'd; returns its
+ * length, or -1. unpack: *json is malloc'd and NUL-terminated; 0, or -1
+ * with a reason in why (a bad checksum, or not exactly one frame of a
+ * stated size up to MLZ_META_MAX bytes). */
+#define MLZ_META_MAX (1u << 30)
+long mlz_split_meta_pack(const void *json, size_t len, uint8_t **out);
+int mlz_split_meta_unpack(const uint8_t *in, size_t len, char **json, size_t *json_len,
+                          char *why, size_t whylen);
+
 /* The checksum blocks carry (CRC-32 as zlib computes it). */
 uint32_t mlz_split_crc(const uint8_t *p, size_t n);
 

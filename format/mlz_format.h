@@ -30,7 +30,8 @@
 #define MLZ_FLAG_SEALED    0x1u  /* stream_len/event_count/raw_len are final */
 #define MLZ_FLAG_LZ4       0x2u  /* event stream is a sequence of LZ4 blocks */
 #define MLZ_FLAG_SPLIT     0x4u  /* event stream is split-stream blocks (codec_split.h) */
-#define MLZ_FLAGS_KNOWN    (MLZ_FLAG_SEALED | MLZ_FLAG_LZ4 | MLZ_FLAG_SPLIT)
+#define MLZ_FLAG_ZMETA     0x8u  /* metadata is one zstd frame of the JSON (split files only) */
+#define MLZ_FLAGS_KNOWN    (MLZ_FLAG_SEALED | MLZ_FLAG_LZ4 | MLZ_FLAG_SPLIT | MLZ_FLAG_ZMETA)
 #define MLZ_FLAGS_BLOCKS   (MLZ_FLAG_LZ4 | MLZ_FLAG_SPLIT)
 #define MLZ_SPLIT_LEVEL    19      /* zstd level of the split-stream writer */
 

@@ -127,6 +127,8 @@ int mlz_header_decode(const uint8_t in[MLZ_HEADER_SIZE], mlz_header *h, mlz_erro
         return mlz__error_set(err, MLZ_RULE_SIZE, 24, "unsealed header carries stream sizes");
     if ((h->flags & MLZ_FLAGS_BLOCKS) == MLZ_FLAGS_BLOCKS)
         return mlz__error_set(err, MLZ_RULE_VERSION, 20, "flags LZ4 and SPLIT together");
+    if ((h->flags & MLZ_FLAG_ZMETA) && !(h->flags & MLZ_FLAG_SPLIT))
+        return mlz__error_set(err, MLZ_RULE_VERSION, 20, "flag ZMETA without SPLIT");
     if ((h->flags & MLZ_FLAGS_BLOCKS) && !(h->flags & MLZ_FLAG_SEALED))
         return mlz__error_set(err, MLZ_RULE_SIZE, 20, "compressed file was never sealed (writer did not finish)");
     return 0;
@@ -215,7 +217,15 @@ static mlz_reader *open_common(mlz_reader *r, const char *path, mlz_error *err)
         return mlz__error_set(err, MLZ_RULE_IO, MLZ_HEADER_SIZE, "cannot read metadata"), NULL;
     }
     json[r->h.meta_len] = 0;
-    int rc = mlz_meta_parse(&r->meta, json, r->h.meta_len, err);
+    size_t json_len = r->h.meta_len;
+    if (r->h.flags & MLZ_FLAG_ZMETA) {
+        char why[160], *plain;
+        int bad = mlz_split_meta_unpack((const uint8_t *)json, json_len, &plain, &json_len, why, sizeof why);
+        free(json);
+        if (bad) return mlz__error_set(err, MLZ_RULE_METADATA, MLZ_HEADER_SIZE, "%s", why), NULL;
+        json = plain;
+    }
+    int rc = mlz_meta_parse(&r->meta, json, json_len, err);
     free(json);
     if (rc) return NULL;
     r->spool = r->meta.kind && strcmp(r->meta.kind, "spool") == 0;

@@ -19,6 +19,7 @@
 #include <fcntl.h>
 #include <lz4.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -134,7 +135,20 @@ int mlz_writer_open(mlz_writer *w, const char *path, const mlz_writer_opts *o)
     w->zbuf = o->zbuf;
     w->zcap = o->zbuf_size;
     w->start_us = w->last_us = w->block_base_us = o->start_us;
-    w->meta_len = (uint32_t)o->meta_len;
+
+    /* Split files carry their metadata zstd-compressed: on a recorded server
+     * the symbolized stacks outweigh the events (docs/FORMAT.md). */
+    const void *meta = o->meta;
+    size_t meta_len = o->meta_len;
+    uint8_t *zmeta = NULL;
+    if (o->flags & MLZ_FLAG_SPLIT) {
+        long n = mlz_split_meta_pack(o->meta, o->meta_len, &zmeta);
+        if (n < 0) return fail(w, -ENOMEM);
+        meta = zmeta;
+        meta_len = (size_t)n;
+        w->flags |= MLZ_FLAG_ZMETA;
+    }
+    w->meta_len = (uint32_t)meta_len;
 
     long pid = (long)getpid();
     int rc;
@@ -164,14 +178,16 @@ int mlz_writer_open(mlz_writer *w, const char *path, const mlz_writer_opts *o)
 
     /* Unsealed header now; the sealed one replaces it at close. */
     mlz_header h = { .version = MLZ_VERSION, .start_us = o->start_us,
-                     .meta_len = w->meta_len, .flags = o->flags };
+                     .meta_len = w->meta_len, .flags = w->flags };
     uint8_t hb[MLZ_HEADER_SIZE];
     mlz_header_encode(&h, hb);
     if ((rc = write_all(w->fd, hb, sizeof hb)) ||
-        (rc = write_all(w->fd, o->meta, o->meta_len))) {
+        (rc = write_all(w->fd, meta, meta_len))) {
+        free(zmeta);
         mlz_writer_abort(w);
         return fail(w, rc);
     }
+    free(zmeta);
     return 0;
 }
 

@@ -8,7 +8,7 @@ flags() { "$MEMLYZE" dump "$1" 2>/dev/null | head -2 | tail -1 | sed 's/.*flags=
 
 cc -O2 -o "$T/churn" "$ROOT/bench/workloads/churn.c" -lpthread || fail "build churn"
 "$MEMLYZE" run -r 1 -o "$T/d.mlyze" -- "$T/churn" threads 1 200000 >/dev/null 2>&1
-check "run: split-stream by default" test "$(flags "$T/d.mlyze")" = 0x5
+check "run: split-stream by default, metadata compressed" test "$(flags "$T/d.mlyze")" = 0xd
 check "run: split trace valid" "$MEMLYZE" validate "$T/d.mlyze"
 check "run: split trace has its index" test -s "$T/d.mlyze.idx"
 "$MEMLYZE" run -r 1 --format v1 -o "$T/v.mlyze" -- "$T/churn" threads 1 1000 >/dev/null 2>&1
@@ -48,4 +48,26 @@ cp "$T/d.mlyze" "$T/flip.mlyze"
 printf '\x55' | dd of="$T/flip.mlyze" bs=1 seek=$((size - 100)) conv=notrunc 2>/dev/null
 out=$("$MEMLYZE" validate "$T/flip.mlyze" 2>&1)
 check "damaged split block rejected with rule and offset" bash -c "echo '$out' | grep -q 'at byte [0-9].*checksum'"
+
+# The metadata: compressed on disk, the same JSON once read; damage to it is
+# rule 3 at byte 256; a split file with plain JSON metadata (flag ZMETA
+# clear, as written before metadata was compressed) still reads.
+meta_len() { python3 -c "import struct,sys; print(struct.unpack_from('<I', open(sys.argv[1],'rb').read(), 16)[0])" "$1"; }
+check "split metadata smaller than v1's JSON ($(meta_len "$T/d.mlyze") vs $(meta_len "$T/d.v1") bytes)" \
+    test "$(meta_len "$T/d.mlyze")" -lt "$(meta_len "$T/d.v1")"
+cp "$T/d.mlyze" "$T/meta.mlyze"
+printf '\x01' | dd of="$T/meta.mlyze" bs=1 seek=$((256 + 20)) conv=notrunc 2>/dev/null
+out=$("$MEMLYZE" validate "$T/meta.mlyze" 2>&1)
+check "damaged split metadata rejected: rule 3 at byte 256" bash -c "echo '$out' | grep -q 'rule 3 (metadata) at byte 256.*checksum'"
+python3 - "$T/d.mlyze" "$T/d.v1" "$T/plain-meta.mlyze" <<'PY'
+import struct, sys
+sp, v1 = open(sys.argv[1], 'rb').read(), open(sys.argv[2], 'rb').read()
+zl, jl = struct.unpack_from('<I', sp, 16)[0], struct.unpack_from('<I', v1, 16)[0]
+head = bytearray(sp[:256])
+struct.pack_into('<II', head, 16, jl, 0x5)
+open(sys.argv[3], 'wb').write(bytes(head) + v1[256:256 + jl] + sp[256 + zl:])
+PY
+"$MEMLYZE" top --json "$T/plain-meta.mlyze" 2>&1 | grep -v '"file"' > "$T/top.plain-meta"
+"$MEMLYZE" top --json "$T/d.mlyze" 2>&1 | grep -v '"file"' > "$T/top.zmeta"
+check "split file with plain JSON metadata still reads, same report" cmp "$T/top.plain-meta" "$T/top.zmeta"
 finish

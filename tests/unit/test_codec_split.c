@@ -12,6 +12,7 @@
 #include "varint.h"
 
 #include <fcntl.h>
+#include <zstd.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -319,8 +320,11 @@ static void test_v1_split_v1_identical(void)
     mlz_reader *r = mlz_reader_open(path_of("a.split"), 0, &e);
     REQUIRE(r);
     const mlz_header *h = mlz_reader_header(r);
-    CHECK(h->flags == (MLZ_FLAG_SEALED | MLZ_FLAG_SPLIT));
+    CHECK(h->flags == (MLZ_FLAG_SEALED | MLZ_FLAG_SPLIT | MLZ_FLAG_ZMETA));
     CHECK_EQ_U64(h->raw_len, na - MLZ_HEADER_SIZE - (sizeof META - 1));
+    CHECK(h->meta_len != sizeof META - 1);   /* compressed */
+    const mlz_meta *m = mlz_reader_meta(r);
+    CHECK(m->json_len == sizeof META - 1 && !memcmp(m->json, META, sizeof META - 1));
     CHECK(mlz_reader_has_index(r));          /* 300000 events: three blocks or more */
     mlz_reader_close(r);
     free(a); free(b); free(sp);
@@ -425,7 +429,7 @@ static void test_every_truncation_and_bit_flip(void)
     REQUIRE(b);
     mlz_error e;
     REQUIRE(read_all(b, n, &e) == 0);
-    size_t data = MLZ_HEADER_SIZE + sizeof META - 1;
+    size_t data = MLZ_HEADER_SIZE;   /* the compressed metadata, then the blocks */
     int trunc_ok = 1, flip_ok = 1;
     for (size_t len = 0; len < n; len++) {
         memset(&e, 0, sizeof e);
@@ -452,7 +456,62 @@ static void test_every_truncation_and_bit_flip(void)
     /* Header flags: SPLIT and LZ4 together are refused (rule 2). */
     b[20] |= MLZ_FLAG_LZ4;
     CHECK(read_all(b, n, &e) == -1 && e.rule == MLZ_RULE_VERSION && e.offset == 20);
+    /* ... and so is ZMETA without SPLIT. */
+    b[20] = MLZ_FLAG_SEALED | MLZ_FLAG_ZMETA;
+    CHECK(read_all(b, n, &e) == -1 && e.rule == MLZ_RULE_VERSION && e.offset == 20);
     free(b);
+}
+
+/* The metadata frame: exact round trip, and only one whole frame of a
+ * stated size is accepted. */
+static void test_metadata_frame(void)
+{
+    uint8_t *z;
+    long n = mlz_split_meta_pack(META, sizeof META - 1, &z);
+    REQUIRE(n > 0);
+    char *j, why[160];
+    size_t jl;
+    REQUIRE(mlz_split_meta_unpack(z, (size_t)n, &j, &jl, why, sizeof why) == 0);
+    CHECK(jl == sizeof META - 1 && !memcmp(j, META, jl) && j[jl] == 0);
+    free(j);
+    /* Empty metadata is a frame too. */
+    uint8_t *z0;
+    long n0 = mlz_split_meta_pack("", 0, &z0);
+    REQUIRE(n0 > 0);
+    CHECK(mlz_split_meta_unpack(z0, (size_t)n0, &j, &jl, why, sizeof why) == 0 && jl == 0);
+    free(j);
+    /* Every truncation, every bit flip, trailing bytes, two frames, and a
+     * frame of unknown size (each with a right checksum). */
+    int ok = 1;
+    for (long k = 0; k < n; k++)
+        if (mlz_split_meta_unpack(z, (size_t)k, &j, &jl, why, sizeof why) != -1 || j) ok = 0;
+    for (long k = 0; k < n * 8; k++) {
+        z[k / 8] ^= (uint8_t)(1 << (k % 8));
+        if (mlz_split_meta_unpack(z, (size_t)n, &j, &jl, why, sizeof why) != -1 || j) ok = 0;
+        z[k / 8] ^= (uint8_t)(1 << (k % 8));
+    }
+    CHECK(ok);
+    uint8_t two[4096];
+    REQUIRE((size_t)(n + n0) <= sizeof two);
+    memcpy(two, z, (size_t)n);
+    memcpy(two + n, z0 + 4, (size_t)n0 - 4);
+    mlz_put_u32(two, mlz_split_crc(two + 4, (size_t)(n + n0 - 8)));
+    CHECK(mlz_split_meta_unpack(two, (size_t)(n + n0 - 4), &j, &jl, why, sizeof why) == -1 && strstr(why, "one zstd frame"));
+    uint8_t raw[] = "....{\"kind\":\"x\"}";
+    mlz_put_u32(raw, mlz_split_crc(raw + 4, sizeof raw - 5));
+    CHECK(mlz_split_meta_unpack(raw, sizeof raw - 1, &j, &jl, why, sizeof why) == -1 && strstr(why, "not a zstd frame"));
+    ZSTD_CCtx *cc = ZSTD_createCCtx();
+    ZSTD_outBuffer out = { two + 4, sizeof two - 4, 0 };
+    ZSTD_inBuffer in = { META, sizeof META - 1, 0 };
+    /* Fed in two calls, the frame does not state its size. */
+    REQUIRE(!ZSTD_isError(ZSTD_compressStream2(cc, &out, &in, ZSTD_e_continue)));
+    ZSTD_inBuffer none = { META, 0, 0 };
+    REQUIRE(ZSTD_compressStream2(cc, &out, &none, ZSTD_e_end) == 0);
+    ZSTD_freeCCtx(cc);
+    mlz_put_u32(two, mlz_split_crc(two + 4, out.pos));
+    CHECK(mlz_split_meta_unpack(two, 4 + out.pos, &j, &jl, why, sizeof why) == -1 && strstr(why, "known size"));
+    free(z);
+    free(z0);
 }
 
 int main(int argc, char **argv)
@@ -469,6 +528,7 @@ int main(int argc, char **argv)
     RUN(test_seek_by_time);
     RUN(test_block_columns_match_events);
     RUN(test_every_truncation_and_bit_flip);
+    RUN(test_metadata_frame);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd)) {}
