@@ -149,7 +149,8 @@ $(O)/tests/test_arc: $(O)/tests/unit/test_arc.o $(O)/heapgraph/arc_read.o $(O)/h
 unit-bins: $(UNIT_BIN) $(PROG_BIN) $(MEMLYZE) $(ATTACH) $(DETACH)
 
 # Lock-free structures get a ThreadSanitizer build of their own tests.
-TSAN_TESTS := $(patsubst tests/unit/%.c,%,$(wildcard tests/unit/test_lf_*.c))
+# ... and so does the reader, whose read-ahead thread decodes split blocks.
+TSAN_TESTS := $(patsubst tests/unit/%.c,%,$(wildcard tests/unit/test_lf_*.c)) test_read_ahead
 tsan-bins: $(addprefix $(O)/tests/,$(TSAN_TESTS))
 
 test: all

@@ -234,6 +234,7 @@ typedef struct mlz_block_view {
     const uint64_t *a_addr, *a_size, *a_stack;   /* [nalloc] */
     const uint16_t *a_thread;   /* [nalloc] */
     const uint64_t *f_addr;     /* [nfree] */
+    const uint32_t *o_len;      /* [n - nalloc - nfree] v1 length of each other event */
 } mlz_block_view;
 int  mlz_reader_next_block(mlz_reader *r, mlz_block_view *b, mlz_error *err);
 

@@ -3,6 +3,7 @@
  */
 #include "profile.h"
 #include "sampler.h"
+#include "varint.h"
 
 #include <jansson.h>
 
@@ -140,13 +141,14 @@ static int prof_init(prof *p, mlz_reader *r, mlz_error *err)
 /* An ALLOC: live at its site from now on; counted as allocated inside the
  * window. An address allocated again without a FREE we saw ends the old
  * object first. */
-static int on_alloc(prof *p, const mlz_event *ev, int in_window)
+static int on_alloc(prof *p, uint64_t addr, uint64_t size, uint64_t stack_id, uint16_t thread,
+                    uint64_t t_us, int in_window)
 {
-    const mlz_stack *st = mlz_meta_stack(p->meta, ev->stack_id);
+    const mlz_stack *st = mlz_meta_stack(p->meta, stack_id);
     uint32_t si = p->site_of[st - p->meta->stacks];
     prof_site *s = &p->sites[si];
-    weights w = weights_of(ev->size, p->rate);
-    addr_obj o = { ev->addr, ev->size, ev->time_us, si, ev->thread }, old;
+    weights w = weights_of(size, p->rate);
+    addr_obj o = { addr, size, t_us, si, thread }, old;
     int had = addrmap_put(&p->live, &o, &old);
     if (had < 0) return -1;
     if (had) {
@@ -164,36 +166,37 @@ static int on_alloc(prof *p, const mlz_event *ev, int in_window)
         add(&s->alloc_count, w.wc, w.vc);
     }
     live_move(p, s, &w, 1);
-    if (s->live_bytes.value > s->peak_bytes) { s->peak_bytes = s->live_bytes.value; s->peak_us = ev->time_us; }
-    if (p->live_bytes.value > p->peak_bytes) { p->peak_bytes = p->live_bytes.value; p->peak_us = ev->time_us; }
+    if (s->live_bytes.value > s->peak_bytes) { s->peak_bytes = s->live_bytes.value; s->peak_us = t_us; }
+    if (p->live_bytes.value > p->peak_bytes) { p->peak_bytes = p->live_bytes.value; p->peak_us = t_us; }
     return 0;
 }
 
 /* A FREE of a recorded object: it leaves the live heap, and counts as
  * temporary when it lived at most temp_us inside the window. */
-static void on_free(prof *p, const mlz_event *ev, int in_window, uint64_t temp_us)
+static void on_free(prof *p, uint64_t addr, uint64_t t_us, int in_window, uint64_t temp_us)
 {
     addr_obj o;
-    if (!addrmap_take(&p->live, ev->addr, &o)) {
+    if (!addrmap_take(&p->live, addr, &o)) {
         p->unmatched_frees++;   /* allocated before recording, or not sampled */
         return;
     }
     prof_site *s = &p->sites[o.site];
     weights w = weights_of(o.size, p->rate);
-    if (in_window && ev->time_us - o.time_us <= temp_us) site_add_w(&s->temp_bytes, &s->temp_count, o.size, p->rate, 1);
+    if (in_window && t_us - o.time_us <= temp_us) site_add_w(&s->temp_bytes, &s->temp_count, o.size, p->rate, 1);
     live_move(p, s, &w, -1);
     /* Exact zero when nothing is left: no floating-point residue. */
     if (--s->live_samples == 0) s->live_bytes = s->live_count = (est){ 0, 0 };
     if (--p->live_samples == 0) p->live_bytes = p->live_count = (est){ 0, 0 };
 }
 
-int prof_replay_opts(prof *p, mlz_reader *r, const prof_opts *opt, mlz_error *err)
+/* Event by event (v1 and LZ4 files). 1 at the end of the window, 0 at the
+ * end of the trace, -1 on error. */
+static int replay_events(prof *p, mlz_reader *r, const prof_opts *opt, mlz_error *err)
 {
-    if (prof_init(p, r, err)) return -1;
     mlz_event ev;
     int rc;
     while ((rc = mlz_reader_next(r, &ev, err)) == 1) {
-        if (ev.time_us > opt->until_us) break;
+        if (ev.time_us > opt->until_us) return 1;
         /* Before the window: only the live set is built (what was allocated
          * earlier and is freed inside the window must still be matched). */
         int in_window = ev.time_us >= opt->from_us;
@@ -203,11 +206,54 @@ int prof_replay_opts(prof *p, mlz_reader *r, const prof_opts *opt, mlz_error *er
         p->events++;
         p->last_us = ev.time_us;
         if (ev.type == MLZ_EV_ALLOC) {
-            if (on_alloc(p, &ev, in_window)) return oom(err);
+            if (on_alloc(p, ev.addr, ev.size, ev.stack_id, ev.thread, ev.time_us, in_window)) return oom(err);
         } else if (ev.type == MLZ_EV_FREE) {
-            on_free(p, &ev, in_window, opt->temp_us);
+            on_free(p, ev.addr, ev.time_us, in_window, opt->temp_us);
         }
     }
+    return rc;
+}
+
+/* Split-stream files, a block of columns at a time: the same steps as
+ * replay_events without building an event (the v1 length of an ALLOC or
+ * FREE follows from its fields). */
+static int replay_blocks(prof *p, mlz_reader *r, const prof_opts *opt, mlz_error *err)
+{
+    mlz_block_view b;
+    int rc;
+    while ((rc = mlz_reader_next_block(r, &b, err)) == 1) {
+        uint64_t t = b.base_us;
+        uint32_t a = 0, f = 0, o = 0;
+        for (uint32_t i = 0; i < b.n; i++) {
+            t += b.delta[i];
+            if (t > opt->until_us) return 1;
+            int in_window = t >= opt->from_us;
+            int type = b.kind[i], k = kind_of(type);
+            size_t len = 1 + mlz_varint_len(b.delta[i]);
+            if (type == MLZ_EV_ALLOC) {
+                len += 10 + mlz_varint_len(b.a_size[a]) + mlz_varint_len(b.a_stack[a]);
+                if (on_alloc(p, b.a_addr[a], b.a_size[a], b.a_stack[a], b.a_thread[a], t, in_window)) return oom(err);
+                a++;
+            } else if (type == MLZ_EV_FREE) {
+                len += 8;
+                on_free(p, b.f_addr[f++], t, in_window, opt->temp_us);
+            } else {
+                len = b.o_len[o++];
+            }
+            p->count[k]++;
+            p->enc_bytes[k] += len;
+            p->events++;
+            p->last_us = t;
+        }
+    }
+    return rc;
+}
+
+int prof_replay_opts(prof *p, mlz_reader *r, const prof_opts *opt, mlz_error *err)
+{
+    if (prof_init(p, r, err)) return -1;
+    int rc = mlz_reader_header(r)->flags & MLZ_FLAG_SPLIT ? replay_blocks(p, r, opt, err)
+                                                          : replay_events(p, r, opt, err);
     if (rc < 0) return -1;
     if (opt->age_us != UINT64_MAX && p->last_us > opt->age_us) {
         old_ctx c = { p, p->last_us - opt->age_us };
