@@ -3,12 +3,15 @@
  * events/s of mlz_reader_next (event by event, every rule checked) on a v1
  * file and on a split-stream file, and of mlz_reader_next_block (whole
  * split blocks as columns, the same checks). Medians of alternating runs.
+ * Then block columns again on every CPU the process may use, where the
+ * reader decodes the next block on a second thread.
  *
  *   build/bench/bench_decode FILE.v1 FILE.split [RUNS]
  * (bench/bench_trace_size.sh passes the churn trace in both encodings.)
  */
 #include "mlz_format.h"
 
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -72,16 +75,27 @@ int main(int argc, char **argv)
     if (argc < 3) { fprintf(stderr, "usage: bench_decode FILE.v1 FILE.split [RUNS]\n"); return 2; }
     int runs = argc > 3 ? atoi(argv[3]) : 5;
     if (runs < 1 || runs > 99) runs = 5;
-    double t[3][99];
-    uint64_t n[3];
+    double t[4][99];
+    uint64_t n[4];
+    cpu_set_t all, one;
+    if (sched_getaffinity(0, sizeof all, &all)) { perror("sched_getaffinity"); return 1; }
+    CPU_ZERO(&one);
+    for (int c = 0; c < CPU_SETSIZE; c++)
+        if (CPU_ISSET(c, &all)) { CPU_SET(c, &one); break; }
+    int ncpu = CPU_COUNT(&all);
     for (int i = 0; i < runs; i++) {
+        sched_setaffinity(0, sizeof one, &one);   /* one core: no read-ahead */
         t[0][i] = read_events(argv[1], &n[0]);
         t[1][i] = read_events(argv[2], &n[1]);
         t[2][i] = read_blocks(argv[2], &n[2]);
+        sched_setaffinity(0, sizeof all, &all);
+        t[3][i] = read_blocks(argv[2], &n[3]);
     }
-    static const char *what[] = { "v1, event by event", "split, event by event", "split, block columns" };
-    double med[3];
-    for (int k = 0; k < 3; k++) {
+    char both[64];
+    snprintf(both, sizeof both, "split, blocks, %d CPUs", ncpu);
+    const char *what[] = { "v1, event by event", "split, event by event", "split, block columns", both };
+    double med[4];
+    for (int k = 0; k < 4; k++) {
         qsort(t[k], (size_t)runs, sizeof t[k][0], cmp_d);
         med[k] = t[k][runs / 2];
         printf("decode %-24s %10llu events  %7.3f s  %6.1f M events/s\n", what[k],

@@ -18,6 +18,7 @@
 #include <fcntl.h>
 #include <lz4.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -564,15 +565,17 @@ static void ahead_stop(read_ahead *a)
     free(a);
 }
 
-/* Starts decoding the block at off, starting the thread the first time (a
- * file of one block, one CPU, or a failure to start it: no read-ahead). */
+/* Starts decoding the block at off, starting the thread the first time.
+ * No read-ahead for a short trace (a thread costs more than it saves), on
+ * one CPU, or when the thread cannot start. */
+#define AHEAD_MIN_EVENTS 16384
+
 static void ahead_ask(mlz_reader *r, uint64_t off)
 {
-    if (off >= r->stream_end) return;
+    if (off >= r->stream_end || r->h.event_count < AHEAD_MIN_EVENTS) return;
     if (!r->ahead) {
-        static long cpus;
-        if (!cpus) cpus = sysconf(_SC_NPROCESSORS_ONLN);
-        if (cpus < 2 || r->ahead_failed) return;
+        cpu_set_t cpus;   /* the CPUs this process may run on, not the machine's */
+        if (r->ahead_failed || sched_getaffinity(0, sizeof cpus, &cpus) || CPU_COUNT(&cpus) < 2) return;
         read_ahead *a = calloc(1, sizeof *a);
         if (!a || !(a->codec = mlz_split_new(MLZ_SPLIT_LEVEL))) goto fail;
         a->r = r;

@@ -189,6 +189,15 @@ static void on_free(prof *p, uint64_t addr, uint64_t t_us, int in_window, uint64
     if (--p->live_samples == 0) p->live_bytes = p->live_count = (est){ 0, 0 };
 }
 
+static inline void count_event(prof *p, int type, size_t len, uint64_t t_us)
+{
+    int k = kind_of(type);
+    p->count[k]++;
+    p->enc_bytes[k] += len;
+    p->events++;
+    p->last_us = t_us;
+}
+
 /* Event by event (v1 and LZ4 files). 1 at the end of the window, 0 at the
  * end of the trace, -1 on error. */
 static int replay_events(prof *p, mlz_reader *r, const prof_opts *opt, mlz_error *err)
@@ -200,11 +209,7 @@ static int replay_events(prof *p, mlz_reader *r, const prof_opts *opt, mlz_error
         /* Before the window: only the live set is built (what was allocated
          * earlier and is freed inside the window must still be matched). */
         int in_window = ev.time_us >= opt->from_us;
-        int k = kind_of(ev.type);
-        p->count[k]++;
-        p->enc_bytes[k] += ev.enc_len;
-        p->events++;
-        p->last_us = ev.time_us;
+        count_event(p, ev.type, ev.enc_len, ev.time_us);
         if (ev.type == MLZ_EV_ALLOC) {
             if (on_alloc(p, ev.addr, ev.size, ev.stack_id, ev.thread, ev.time_us, in_window)) return oom(err);
         } else if (ev.type == MLZ_EV_FREE) {
@@ -228,7 +233,7 @@ static int replay_blocks(prof *p, mlz_reader *r, const prof_opts *opt, mlz_error
             t += b.delta[i];
             if (t > opt->until_us) return 1;
             int in_window = t >= opt->from_us;
-            int type = b.kind[i], k = kind_of(type);
+            int type = b.kind[i];
             size_t len = 1 + mlz_varint_len(b.delta[i]);
             if (type == MLZ_EV_ALLOC) {
                 len += 10 + mlz_varint_len(b.a_size[a]) + mlz_varint_len(b.a_stack[a]);
@@ -240,10 +245,7 @@ static int replay_blocks(prof *p, mlz_reader *r, const prof_opts *opt, mlz_error
             } else {
                 len = b.o_len[o++];
             }
-            p->count[k]++;
-            p->enc_bytes[k] += len;
-            p->events++;
-            p->last_us = t;
+            count_event(p, type, len, t);
         }
     }
     return rc;
