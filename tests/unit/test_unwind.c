@@ -466,6 +466,27 @@ NOI static void cached_cb(void *arg) { (void)arg; capture_cached(); g_sink++; }
 NOI static void cached_f2(void) { capture_cached(); g_sink++; }
 NOI static void cached_f1(void) { cached_f2(); g_sink++; }
 
+/* The cache is direct-mapped (the hash of cache_slot in core/unwind_dwarf.c):
+ * frames whose slots collide evict each other, so their repeats miss too.
+ * Where they fall depends on where ASLR put the code. Every frame looks up
+ * pc - 1 (pc for frame 0 is counted too, to be safe). */
+static unsigned cache_slot_of(uint64_t look)
+{
+    return (unsigned)((look * 0x9e3779b97f4a7c15ull) >> (64 - __builtin_ctz(MLZ_UNWIND_CACHE_ENTRIES)));
+}
+
+static uint64_t colliding_frames(const uint64_t *pcs, unsigned n)
+{
+    uint64_t k = 0;
+    for (unsigned i = 1; i < n; i++) {
+        unsigned s = cache_slot_of(pcs[i] - 1);
+        int hit = s == cache_slot_of(pcs[0]) || s == cache_slot_of(pcs[0] - 1);
+        for (unsigned j = 0; j < n && !hit; j++) hit = j != i && s == cache_slot_of(pcs[j] - 1);
+        k += hit;
+    }
+    return k;
+}
+
 static void check_cached_same(const char *what)
 {
     int same = g_ndw > 3 && g_nc1 == g_ndw && g_nc2 == g_ndw;
@@ -491,8 +512,14 @@ static void test_cache(void)
     check_cached_same("chain");
     CHECK(g_cache.hits > 0 && g_cache.generation == mlz_modtab_generation());
     /* A repeated walk misses only its first frame (another call site in
-     * capture_cached): the outermost (_start) hits too. */
-    CHECK_EQ_U64(g_miss2, 1);
+     * capture_cached) and frames that share a cache slot: the outermost
+     * (_start) hits too. The walk also steps through one frame it does not
+     * report (inside mlz_unwind_dwarf_cached); should it share a slot with
+     * a reported frame, both miss: 2 more. (Seen in about 1 run in 100.) */
+    uint64_t coll = colliding_frames(g_c2, g_nc2);
+    CHECK(g_nc2 > 4 && g_miss2 >= 1 && g_miss2 <= 3 + coll);
+    if (g_miss2 > 3 + coll) fprintf(stderr, "  %llu misses, %llu colliding frames\n",
+                                    (unsigned long long)g_miss2, (unsigned long long)coll);
     uint64_t hits = g_cache.hits;
     chain_g1(cached_cb, NULL);          /* rbp is garbage in the library frames */
     check_cached_same("library");
