@@ -49,17 +49,20 @@
 
 #define DIR_BYTES (MLZ_SPLIT_NSTREAMS * 8)
 
+/* The freed blocks of one size slot, latest last: one cache line. The slot
+ * sizes and counts sit apart (9 KiB that stay in L1), so a push or a take
+ * touches a single line of the 64 KiB of addresses. */
 typedef struct reuse_slot {
-    uint64_t size;
-    uint32_t count;
     uint64_t addr[MLZ_SPLIT_REUSE_DEPTH];
-} reuse_slot;
+} __attribute__((aligned(64))) reuse_slot;
 
 /* The models' state; reset at every block. */
 typedef struct model {
     uint64_t size_tab[MLZ_SPLIT_SIZE_SLOTS];
     uint8_t  size_ok[MLZ_SPLIT_SIZE_SLOTS];
     reuse_slot reuse[MLZ_SPLIT_REUSE_SLOTS];
+    uint64_t reuse_size[MLZ_SPLIT_REUSE_SLOTS];
+    uint8_t  reuse_count[MLZ_SPLIT_REUSE_SLOTS];
     uint64_t ring[MLZ_SPLIT_RING];            /* freed addresses, any size */
     uint32_t ring_head, ring_count;
     uint32_t th_tag[MLZ_SPLIT_THREAD_SLOTS];  /* thread + 1; 0 = empty */
@@ -133,8 +136,10 @@ static int cols_reserve(mlz_split_cols *c, uint32_t n)
 mlz_split_codec *mlz_split_new(int level)
 {
     if (!ZSTD_createCCtx || !crc32) return NULL;
-    mlz_split_codec *c = calloc(1, sizeof *c);
+    /* Aligned: the freed-block rows of the model are cache lines. */
+    mlz_split_codec *c = aligned_alloc(64, (sizeof *c + 63) & ~(size_t)63);
     if (!c) return NULL;
+    memset(c, 0, sizeof *c);
     c->level = level;
     c->cctx = ZSTD_createCCtx();
     c->dctx = ZSTD_createDCtx();
@@ -237,13 +242,16 @@ static inline void reuse_push(model *m, uint64_t size, uint64_t addr)
     m->ring_head = (m->ring_head + 1) % MLZ_SPLIT_RING;
     m->ring[m->ring_head] = addr;
     if (m->ring_count < MLZ_SPLIT_RING) m->ring_count++;
-    reuse_slot *r = &m->reuse[reuse_slot_of(size)];
-    if (r->size != size) { r->size = size; r->count = 0; }
-    if (r->count == MLZ_SPLIT_REUSE_DEPTH) {
-        memmove(r->addr, r->addr + 1, (MLZ_SPLIT_REUSE_DEPTH - 1) * sizeof r->addr[0]);
-        r->count--;
+    unsigned s = reuse_slot_of(size);
+    uint64_t *v = m->reuse[s].addr;
+    unsigned n = m->reuse_count[s];
+    if (m->reuse_size[s] != size) { m->reuse_size[s] = size; n = 0; }
+    if (n == MLZ_SPLIT_REUSE_DEPTH) {
+        memmove(v, v + 1, (MLZ_SPLIT_REUSE_DEPTH - 1) * sizeof v[0]);
+        n--;
     }
-    r->addr[r->count++] = addr;
+    v[n] = addr;
+    m->reuse_count[s] = (uint8_t)(n + 1);
 }
 
 /* Rank (1 = latest) of addr among the recently freed blocks of any size; 0 if absent. */
@@ -254,21 +262,24 @@ static uint32_t ring_find(const model *m, uint64_t addr)
     return 0;
 }
 
-static uint32_t reuse_find(const reuse_slot *r, uint64_t size, uint64_t addr)
+/* Depth (1 = latest) of addr among the freed blocks of its size; 0 if absent. */
+static uint32_t reuse_find(const model *m, unsigned s, uint64_t size, uint64_t addr)
 {
-    if (r->size == size)
-        for (uint32_t d = 1; d <= r->count; d++)
-            if (r->addr[r->count - d] == addr) return d;
+    unsigned n = m->reuse_count[s];
+    if (m->reuse_size[s] == size)
+        for (uint32_t d = 1; d <= n; d++)
+            if (m->reuse[s].addr[n - d] == addr) return d;
     return 0;
 }
 
-/* Removes the entry `depth` (1 = top) of the size's LIFO; returns its address. */
-static uint64_t reuse_take(reuse_slot *r, uint32_t depth)
+/* Removes the entry `depth` (1 = top) of slot s's LIFO; returns its address. */
+static uint64_t reuse_take(model *m, unsigned s, uint32_t depth)
 {
-    uint32_t j = r->count - depth;
-    uint64_t a = r->addr[j];
-    for (uint32_t i = j + 1; i < r->count; i++) r->addr[i - 1] = r->addr[i];   /* depth 1: none */
-    r->count--;
+    uint64_t *v = m->reuse[s].addr;
+    uint32_t n = m->reuse_count[s], j = n - depth;
+    uint64_t a = v[j];
+    for (uint32_t i = j + 1; i < n; i++) v[i - 1] = v[i];   /* depth 1: none */
+    m->reuse_count[s] = (uint8_t)(n - 1);
     return a;
 }
 
@@ -438,9 +449,9 @@ long mlz_split_encode(mlz_split_codec *c, const uint8_t *v1, size_t len, const u
                 m->size_ok[ss] = 1;
                 if (lit_add(&size_l, size)) return -1;
             }
-            reuse_slot *r = &m->reuse[reuse_slot_of(size)];
-            uint32_t code = reuse_find(r, size, addr), j;
-            if (code) reuse_take(r, code);
+            unsigned rs = reuse_slot_of(size);
+            uint32_t code = reuse_find(m, rs, size, addr), j;
+            if (code) reuse_take(m, rs, code);
             else if ((j = ring_find(m, addr))) code = MLZ_SPLIT_REUSE_DEPTH + j;
             S[MLZ_S_ADDR_CODE].p[S[MLZ_S_ADDR_CODE].len++] = (uint8_t)code;
             c->live_pos[ai] = nlive;
@@ -660,11 +671,11 @@ int mlz_split_decode(mlz_split_codec *c, const uint8_t *payload, size_t len,
             prev_th = th;
             uint64_t addr;
             uint8_t a = ac[ai];
-            reuse_slot *r = &m->reuse[reuse_slot_of(size)];
             if (a && a <= MLZ_SPLIT_REUSE_DEPTH) {
-                if (r->size != size || a > r->count)
+                unsigned rs = reuse_slot_of(size);
+                if (m->reuse_size[rs] != size || a > m->reuse_count[rs])
                     BAD("address code %u names no freed block of size %llu", a, (unsigned long long)size);
-                addr = reuse_take(r, a);
+                addr = reuse_take(m, rs, a);
             } else if (a) {
                 uint32_t j = a - MLZ_SPLIT_REUSE_DEPTH;
                 if (j > m->ring_count) BAD("address code %u names no recently freed block", a);
