@@ -92,6 +92,8 @@ struct mlz_split_codec {
     size_t free_idx_cap;
     uint32_t *live_list, *live_pos;   /* the block's live allocations (see FREE) */
     size_t live_list_cap, live_pos_cap;
+    struct live_obj { uint64_t addr, size; } *live_objs;   /* the decoder's live list */
+    size_t live_objs_cap;
     lits scratch[5];           /* literal columns on their way in or out */
 };
 
@@ -161,6 +163,7 @@ void mlz_split_free(mlz_split_codec *c)
     free(c->free_idx);
     free(c->live_list);
     free(c->live_pos);
+    free(c->live_objs);
     for (int i = 0; i < 5; i++) free(c->scratch[i].v);
     free(c);
 }
@@ -646,8 +649,12 @@ int mlz_split_decode(mlz_split_codec *c, const uint8_t *payload, size_t len,
     /* The model pass, in event order. */
     model *m = &c->m;
     model_reset(m);
-    if (grow((void **)&c->live_list, &c->live_list_cap, na + 1, sizeof *c->live_list)) BAD("out of memory");
-    uint32_t *live = c->live_list, nlive = 0;
+    /* The live list holds each object's address and size (not its index):
+     * a FREE then reads one entry, near the list's end, instead of two
+     * columns at an index anywhere in the block. */
+    if (grow((void **)&c->live_objs, &c->live_objs_cap, na + 1, sizeof *c->live_objs)) BAD("out of memory");
+    struct live_obj *live = c->live_objs;
+    uint32_t nlive = 0;
     uint32_t ai = 0, fi = 0, si = 0, li = 0, fli = 0;
     size_t op = 0, raw = 0;
     const uint8_t *oth = S[MLZ_S_OTHER].p, *oend = oth + S[MLZ_S_OTHER].len;
@@ -686,7 +693,7 @@ int mlz_split_decode(mlz_split_codec *c, const uint8_t *payload, size_t len,
                  * choice would still decode to the same events. */
                 addr = addr_base(m, th) + unzz(addr_lit[li++]);
             }
-            live[nlive++] = ai;
+            live[nlive++] = (struct live_obj){ addr, size };
             addr_seen(m, th, addr);
             k->a_size[ai] = size;
             k->a_addr[ai] = addr;
@@ -696,10 +703,11 @@ int mlz_split_decode(mlz_split_codec *c, const uint8_t *payload, size_t len,
             uint64_t ref = refs[fi], addr;
             if (ref) {
                 if (ref > nlive) BAD("FREE names live object %llu from the end of %u", (unsigned long long)ref, nlive);
-                uint32_t p = nlive - (uint32_t)ref, idx = live[p];
+                uint32_t p = nlive - (uint32_t)ref;
+                struct live_obj o = live[p];
                 live[p] = live[--nlive];
-                addr = k->a_addr[idx];
-                reuse_push(m, k->a_size[idx], addr);
+                addr = o.addr;
+                reuse_push(m, o.size, addr);
             } else {
                 addr = m->prev_free_lit + unzz(flits[fli++]);
                 m->prev_free_lit = addr;
