@@ -21,7 +21,7 @@
 
 extern const int mlz__preload_build __attribute__((weak));
 
-static void err_line(const char *msg)
+void mlz__err_line(const char *msg)
 {
     /* The one line the payload may ever write to the target's stderr. */
     if (write(2, msg, strlen(msg))) {}
@@ -30,12 +30,12 @@ static void err_line(const char *msg)
 int mlz__start(void)
 {
     if (mlz__init()) {
-        err_line("memlyze: cannot set up the profiler; allocations pass through untracked\n");
+        mlz__err_line("memlyze: cannot set up the profiler; allocations pass through untracked\n");
         return -1;
     }
     if (!mlz__g.spool_path[0]) mlz__default_spool_path();
     if (mlz__drain_start()) {
-        err_line("memlyze: cannot open the spool file; allocations pass through untracked\n");
+        mlz__err_line("memlyze: cannot open the spool file; allocations pass through untracked\n");
         return -1;
     }
     /* This thread may have allocated before the configuration was read

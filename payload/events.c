@@ -35,6 +35,7 @@
 #include <linux/futex.h>
 #include <pthread.h>
 #include <sys/prctl.h>
+#include <sys/statvfs.h>
 #include <sched.h>
 #include <signal.h>
 #include <string.h>
@@ -437,6 +438,28 @@ static void reclaim_rings(void)
     }
 }
 
+/* A long exact-mode session must not fill the disk the program itself
+ * writes to. Every 16 MiB of spool, the free space of its file system is
+ * looked at; below the floor, new allocations stop being recorded (frees of
+ * recorded ones still are, so the trace stays consistent), once, with one
+ * line on stderr and a counter that reports of the trace show. */
+#define DISK_CHECK_BYTES (16u << 20)
+
+static void check_disk_floor(void)
+{
+    static uint64_t checked_at = UINT64_MAX;
+    uint64_t written = spool.stream_len + spool.len;
+    if (!mlz__g.min_free || atomic_load(&mlz__g.c.disk_low_stops) ||
+        (checked_at != UINT64_MAX && written - checked_at < DISK_CHECK_BYTES))
+        return;
+    checked_at = written;
+    struct statvfs sv;
+    if (fstatvfs(spool.fd, &sv) || (uint64_t)sv.f_bavail * sv.f_frsize >= mlz__g.min_free) return;
+    atomic_store(&mlz__g.active_alloc, 0);
+    atomic_store(&mlz__g.c.disk_low_stops, 1);
+    mlz__err_line("memlyze: the spool's file system is almost full: new allocations are no longer recorded\n");
+}
+
 static void *drain_main(void *arg)
 {
     unsigned gen = (unsigned)(uintptr_t)arg;
@@ -469,6 +492,7 @@ static void *drain_main(void *arg)
          * full (threads may be waiting for room): at once. */
         uint64_t fullest = drain_round(d);
         sum_counters();
+        check_disk_floor();
         period = fullest > ring_size / 2 ? 0
                : mlz__g.rate <= 1 || fullest > ring_size / 8 ? DRAIN_BUSY_NS : DRAIN_PERIOD_NS;
         if (fr != atomic_load(&flush_done)) {
@@ -579,6 +603,7 @@ static void write_counters(uint64_t t_us)
     C("frees_lost", mlz__g.c.frees_lost);
     C("reentrant", mlz__g.c.reentrant);
     C("spool_errors", mlz__g.c.spool_errors);
+    C("disk_low_stops", mlz__g.c.disk_low_stops);
     C("map_capacity", mlz__g.map.mask + 1);
     C("map_inserts", mlz__g.map.inserts);
     C("map_removes", mlz__g.map.removes);

@@ -75,7 +75,13 @@ typedef struct mlz_counters {
                                       * (the others count in their ring: events.c) */
     _Atomic uint64_t frees_lost;     /* FREEs not recorded (ring full past the wait, or
                                       * no ring): each leaves a phantom live object */
+    _Atomic uint64_t disk_low_stops; /* 1 once new allocations stopped being recorded
+                                      * because the spool's file system was almost full */
 } mlz_counters;
+
+/* Free space the spool leaves on its file system (MEMLYZE_MIN_FREE_MB):
+ * below it, new allocations stop being recorded (events.c). */
+#define MLZ_DEFAULT_MIN_FREE (512ull << 20)
 
 typedef struct mlz_global {
     mlz_real_fns real;
@@ -85,6 +91,7 @@ typedef struct mlz_global {
     pid_t pid;                       /* to notice fork/vfork children */
     uint64_t rate;
     uint64_t seed;                   /* 0 = from entropy */
+    uint64_t min_free;               /* bytes to leave free where the spool is; 0 = no floor */
     int unwinder;
     int follow_fork;
     int coverage;                    /* GOT mode: write the blind-spot report */
@@ -143,6 +150,7 @@ int memlyze_detach(void);
 /* control.c */
 int  mlz__start(void);
 void mlz__stop(void);
+void mlz__err_line(const char *msg);     /* the one line the payload may write to stderr */
 void mlz__shutdown(void);
 void mlz__atfork_child(void);        /* pthread_atfork child handler */
 

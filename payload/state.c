@@ -44,6 +44,7 @@ mlz_global mlz__g = {
     .bloom = { .cells = empty_filter, .mask = (1u << MLZ_BLOOM_DEFAULT_LOG2_CELLS) - 1,
                .log2_cells = MLZ_BLOOM_DEFAULT_LOG2_CELLS },
     .rate = MLZ_SAMPLER_DEFAULT_RATE,
+    .min_free = MLZ_DEFAULT_MIN_FREE,
 };
 
 uint64_t mlz__now_ns(void)
@@ -83,6 +84,7 @@ void mlz__config_from_env(void)
     uint64_t x;
     if ((v = getenv("MEMLYZE_RATE")) && (x = parse_size(v))) mlz__g.rate = x;
     if ((v = getenv("MEMLYZE_SEED")) && (x = parse_size(v))) mlz__g.seed = x;
+    if ((v = getenv("MEMLYZE_MIN_FREE_MB")) && *v) mlz__g.min_free = parse_size(v) << 20;
     /* DWARF by default: it walks code without frame pointers (glibc, most
      * distro libraries); at one sample per 512 KiB its ~1-2 us per sample is
      * noise (bench/bench_unwind). */

@@ -21,9 +21,16 @@ int mlz_loss_describe(const json_t *counters, char *buf, size_t len)
     unsigned long long given_up = counter(counters, "ring_drops") + counter(counters, "no_ring") +
                                   counter(counters, "map_full_drops");
     unsigned long long frees = counter(counters, "frees_lost");
-    if (!given_up && !frees) return 0;
-    snprintf(buf, len, "events lost while recording: %llu samples given up (estimates are low), "
-             "%llu frees not recorded (as many objects may show as live)", given_up, frees);
+    /* Stopped early: what was recorded is consistent, but it ends before
+     * the program did. */
+    const char *disk = counter(counters, "disk_low_stops")
+                     ? "; new allocations stopped being recorded when the spool's file system was almost full" : "";
+    if (!given_up && !frees && !*disk) return 0;
+    if (!given_up && !frees)
+        snprintf(buf, len, "recording incomplete%s", disk);
+    else
+        snprintf(buf, len, "events lost while recording: %llu samples given up (estimates are low), "
+                 "%llu frees not recorded (as many objects may show as live)%s", given_up, frees, disk);
     return 1;
 }
 
