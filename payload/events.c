@@ -454,7 +454,12 @@ static void check_disk_floor(void)
         return;
     checked_at = written;
     struct statvfs sv;
-    if (fstatvfs(spool.fd, &sv) || (uint64_t)sv.f_bavail * sv.f_frsize >= mlz__g.min_free) return;
+    if (fstatvfs(spool.fd, &sv)) return;
+    /* The default is at most 5% of the file system: a small /tmp still
+     * records, and a large disk keeps 512 MiB. */
+    uint64_t floor = mlz__g.min_free, size = (uint64_t)sv.f_blocks * sv.f_frsize;
+    if (!mlz__g.min_free_set && floor > size / 20) floor = size / 20;
+    if ((uint64_t)sv.f_bavail * sv.f_frsize >= floor) return;
     atomic_store(&mlz__g.active_alloc, 0);
     atomic_store(&mlz__g.c.disk_low_stops, 1);
     mlz__err_line("memlyze: the spool's file system is almost full: new allocations are no longer recorded\n");

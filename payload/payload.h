@@ -92,6 +92,7 @@ typedef struct mlz_global {
     uint64_t rate;
     uint64_t seed;                   /* 0 = from entropy */
     uint64_t min_free;               /* bytes to leave free where the spool is; 0 = no floor */
+    int min_free_set;                /* by MEMLYZE_MIN_FREE_MB (else at most 5% of the file system) */
     int unwinder;
     int follow_fork;
     int coverage;                    /* GOT mode: write the blind-spot report */

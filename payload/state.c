@@ -84,7 +84,10 @@ void mlz__config_from_env(void)
     uint64_t x;
     if ((v = getenv("MEMLYZE_RATE")) && (x = parse_size(v))) mlz__g.rate = x;
     if ((v = getenv("MEMLYZE_SEED")) && (x = parse_size(v))) mlz__g.seed = x;
-    if ((v = getenv("MEMLYZE_MIN_FREE_MB")) && *v) mlz__g.min_free = parse_size(v) << 20;
+    if ((v = getenv("MEMLYZE_MIN_FREE_MB")) && *v) {
+        mlz__g.min_free = parse_size(v) << 20;
+        mlz__g.min_free_set = 1;
+    }
     /* DWARF by default: it walks code without frame pointers (glibc, most
      * distro libraries); at one sample per 512 KiB its ~1-2 us per sample is
      * noise (bench/bench_unwind). */
