@@ -474,7 +474,6 @@ static int load_block(mlz_reader *r, mlz_error *err)
 #define SPLIT_PAYLOAD_MAX (MLZ_SPLIT_NSTREAMS * 8 + 3 * MLZ_SPLIT_MAX_EVENTS + \
                            7 * (1 + 8 * MLZ_SPLIT_MAX_EVENTS) + MLZ_SPLIT_MAX_RAW)
 
-/* SPLIT mode: loads, checks and decodes the next block into columns. */
 /* Decodes the block at off into codec (zbuf: scratch for its payload) and
  * sets *next to the offset after it; 1, or -1 with err set. Reads only what
  * open fixed, so the read-ahead thread runs it too. */
@@ -565,6 +564,27 @@ static void ahead_stop(read_ahead *a)
     free(a);
 }
 
+/* The read-ahead thread with its own decoder; NULL when it cannot start. */
+static read_ahead *ahead_start(const mlz_reader *r)
+{
+    read_ahead *a = calloc(1, sizeof *a);
+    if (!a || !(a->codec = mlz_split_new(MLZ_SPLIT_LEVEL))) {
+        free(a);
+        return NULL;
+    }
+    a->r = r;
+    pthread_mutex_init(&a->mu, NULL);
+    pthread_cond_init(&a->cv, NULL);
+    if (pthread_create(&a->thread, NULL, ahead_main, a)) {
+        pthread_mutex_destroy(&a->mu);
+        pthread_cond_destroy(&a->cv);
+        mlz_split_free(a->codec);
+        free(a);
+        return NULL;
+    }
+    return a;
+}
+
 /* Starts decoding the block at off, starting the thread the first time.
  * No read-ahead for a short trace (a thread costs more than it saves), on
  * one CPU, or when the thread cannot start. */
@@ -576,25 +596,11 @@ static void ahead_ask(mlz_reader *r, uint64_t off)
     if (!r->ahead) {
         cpu_set_t cpus;   /* the CPUs this process may run on, not the machine's */
         if (r->ahead_failed || sched_getaffinity(0, sizeof cpus, &cpus) || CPU_COUNT(&cpus) < 2) return;
-        read_ahead *a = calloc(1, sizeof *a);
-        if (!a || !(a->codec = mlz_split_new(MLZ_SPLIT_LEVEL))) goto fail;
-        a->r = r;
-        pthread_mutex_init(&a->mu, NULL);
-        pthread_cond_init(&a->cv, NULL);
-        if (pthread_create(&a->thread, NULL, ahead_main, a)) {
-            pthread_mutex_destroy(&a->mu);
-            pthread_cond_destroy(&a->cv);
-            goto fail;
+        if (!(r->ahead = ahead_start(r))) {
+            r->ahead_failed = 1;
+            return;
         }
-        r->ahead = a;
-        goto ask;
-    fail:
-        if (a) mlz_split_free(a->codec);
-        free(a);
-        r->ahead_failed = 1;
-        return;
     }
-ask:
     pthread_mutex_lock(&r->ahead->mu);
     r->ahead->off = off;
     r->ahead->state = AHEAD_ASKED;
