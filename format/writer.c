@@ -110,6 +110,32 @@ static int fail(mlz_writer *w, int e)
 
 /* ------------------------------------------------------------ open/close */
 
+/* The unsealed header (the sealed one replaces it at close) and the
+ * metadata. Split files carry their metadata zstd-compressed: on a recorded
+ * server the symbolized stacks outweigh the events (docs/FORMAT.md). */
+static int write_head(mlz_writer *w, const mlz_writer_opts *o)
+{
+    const void *meta = o->meta;
+    size_t meta_len = o->meta_len;
+    uint8_t *zmeta = NULL;
+    if (w->flags & MLZ_FLAG_SPLIT) {
+        long n = mlz_split_meta_pack(o->meta, o->meta_len, &zmeta);
+        if (n < 0) return -ENOMEM;
+        meta = zmeta;
+        meta_len = (size_t)n;
+        w->flags |= MLZ_FLAG_ZMETA;
+    }
+    w->meta_len = (uint32_t)meta_len;
+    mlz_header h = { .version = MLZ_VERSION, .start_us = o->start_us,
+                     .meta_len = w->meta_len, .flags = w->flags };
+    uint8_t hb[MLZ_HEADER_SIZE];
+    mlz_header_encode(&h, hb);
+    int rc = write_all(w->fd, hb, sizeof hb);
+    if (!rc) rc = write_all(w->fd, meta, meta_len);
+    free(zmeta);
+    return rc;
+}
+
 int mlz_writer_open(mlz_writer *w, const char *path, const mlz_writer_opts *o)
 {
     memset(w, 0, sizeof *w);
@@ -135,20 +161,6 @@ int mlz_writer_open(mlz_writer *w, const char *path, const mlz_writer_opts *o)
     w->zbuf = o->zbuf;
     w->zcap = o->zbuf_size;
     w->start_us = w->last_us = w->block_base_us = o->start_us;
-
-    /* Split files carry their metadata zstd-compressed: on a recorded server
-     * the symbolized stacks outweigh the events (docs/FORMAT.md). */
-    const void *meta = o->meta;
-    size_t meta_len = o->meta_len;
-    uint8_t *zmeta = NULL;
-    if (o->flags & MLZ_FLAG_SPLIT) {
-        long n = mlz_split_meta_pack(o->meta, o->meta_len, &zmeta);
-        if (n < 0) return fail(w, -ENOMEM);
-        meta = zmeta;
-        meta_len = (size_t)n;
-        w->flags |= MLZ_FLAG_ZMETA;
-    }
-    w->meta_len = (uint32_t)meta_len;
 
     long pid = (long)getpid();
     int rc;
@@ -176,18 +188,10 @@ int mlz_writer_open(mlz_writer *w, const char *path, const mlz_writer_opts *o)
         if ((rc = write_all(w->idx_fd, ih, sizeof ih))) { mlz_writer_abort(w); return fail(w, rc); }
     }
 
-    /* Unsealed header now; the sealed one replaces it at close. */
-    mlz_header h = { .version = MLZ_VERSION, .start_us = o->start_us,
-                     .meta_len = w->meta_len, .flags = w->flags };
-    uint8_t hb[MLZ_HEADER_SIZE];
-    mlz_header_encode(&h, hb);
-    if ((rc = write_all(w->fd, hb, sizeof hb)) ||
-        (rc = write_all(w->fd, meta, meta_len))) {
-        free(zmeta);
+    if ((rc = write_head(w, o))) {
         mlz_writer_abort(w);
         return fail(w, rc);
     }
-    free(zmeta);
     return 0;
 }
 
