@@ -35,6 +35,18 @@ static inline size_t mlz_varint_len(uint64_t v)
     return (size_t)(64 - __builtin_clzll(v | 1) + 6) / 7;
 }
 
+/* v1 bytes of an ALLOC (type, delta, address u64, size, stack, thread u16)
+ * and of a FREE (type, delta, address u64), from their fields. */
+static inline size_t mlz_v1_alloc_len(uint64_t delta, uint64_t size, uint64_t stack)
+{
+    return 1 + mlz_varint_len(delta) + 8 + mlz_varint_len(size) + mlz_varint_len(stack) + 2;
+}
+
+static inline size_t mlz_v1_free_len(uint64_t delta)
+{
+    return 1 + mlz_varint_len(delta) + 8;
+}
+
 enum {
     MLZ_VARINT_OK = 0,
     MLZ_VARINT_TRUNCATED = -1,  /* input ended inside the varint */

@@ -234,13 +234,13 @@ static int replay_blocks(prof *p, mlz_reader *r, const prof_opts *opt, mlz_error
             if (t > opt->until_us) return 1;
             int in_window = t >= opt->from_us;
             int type = b.kind[i];
-            size_t len = 1 + mlz_varint_len(b.delta[i]);
+            size_t len;
             if (type == MLZ_EV_ALLOC) {
-                len += 10 + mlz_varint_len(b.a_size[a]) + mlz_varint_len(b.a_stack[a]);
+                len = mlz_v1_alloc_len(b.delta[i], b.a_size[a], b.a_stack[a]);
                 if (on_alloc(p, b.a_addr[a], b.a_size[a], b.a_stack[a], b.a_thread[a], t, in_window)) return oom(err);
                 a++;
             } else if (type == MLZ_EV_FREE) {
-                len += 8;
+                len = mlz_v1_free_len(b.delta[i]);
                 on_free(p, b.f_addr[f++], t, in_window, opt->temp_us);
             } else {
                 len = b.o_len[o++];
