@@ -97,11 +97,12 @@ $(LIBREADER): $(filter-out %/main.o,$(READER_OBJ))
 	@mkdir -p $(@D)
 	rm -f $@ && ar rcs $@ $^
 
-# The injected library: libc is its only runtime dependency, so it loads in
-# any target (containers, other mount namespaces) that has a glibc.
+# The injected library: libc is its only runtime dependency (not even libm:
+# core/sampler.c has its own log), so it loads in any target (containers,
+# other mount namespaces) that has a glibc, and maps nothing more into it.
 # libmemlyze-preload.so adds preload.c: exported malloc, free, ... for LD_PRELOAD,
 # and exec_hooks.c: the exec family, flushing the profile before an exec.
-PAYLOAD_LINK = $(CC) $(LDFLAGS) -shared -Wl,-z,now -Wl,--no-undefined -o $@ $^ -lpthread -lm -ldl
+PAYLOAD_LINK = $(CC) $(LDFLAGS) -shared -Wl,-z,now -Wl,--no-undefined -o $@ $^ -lpthread -ldl
 $(O)/lib/libmemlyze.so: $(filter-out %/preload.o %/exec_hooks.o,$(PAYLOAD_OBJ)) $(LIBGOT) $(LIBCORE) $(LIBFORMAT)
 	@mkdir -p $(@D)
 	$(PAYLOAD_LINK)

@@ -1,6 +1,7 @@
 /*
- * sampler.c - the cold half of Poisson byte sampling: PRNG seeding,
- * exponential countdown draws, and the Horvitz-Thompson weights.
+ * sampler.c - the cold half of Poisson byte sampling: PRNG seeding and
+ * exponential countdown draws (the weights readers derive from them are in
+ * sampler_weights.c: the payload, which only draws, does without libm).
  *
  * Runs once per thread (init) and once per sample (rearm), i.e. about every
  * 512 KiB allocated at the default rate; nothing here allocates.
@@ -16,7 +17,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <math.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -127,51 +127,36 @@ void mlz_sampler_rearm(mlz_sampler_tls *t, uint64_t rate)
         return;
     }
     double u = (double)((mlz_sampler_rand(t) >> 11) + 1) * 0x1.0p-53;
-    double x = ceil(-(double)rate * log(u));
-    t->countdown = x >= 9.2e18 ? INT64_MAX : (int64_t)x;
+    double x = -(double)rate * mlz_sampler_ln(u);
+    if (x >= 9.2e18) {
+        t->countdown = INT64_MAX;
+        return;
+    }
+    int64_t k = (int64_t)x;                 /* x >= 0: truncation, then up */
+    t->countdown = k + ((double)k < x);
 }
 
 /*
- * Weights. With q = e^(-(req+1)/rate) the chance an allocation is NOT
- * sampled, p = 1 - q is computed as -expm1(-(req+1)/rate) so a 16-byte
- * request at a 512 KiB rate (p ~ 3e-5) keeps full precision.
+ * ln(u) for u in [2^-53, 1], without libm: this and the ceil above are the
+ * payload's only floating point, and libm would be one more library mapped
+ * into every target (about 370 KiB of its resident set).
+ *
+ * u = m * 2^e with m in [sqrt(1/2), sqrt(2)); ln(m) = 2 atanh(s) with
+ * s = (m - 1) / (m + 1), |s| < 0.1716, whose odd series is cut after s^23
+ * (the next term is under 1e-19 of the result). Within a few ulp of libm's log
+ * (tests/unit/test_sampler.c), far below what the sampling needs.
  */
-double mlz_sample_prob(uint64_t req, uint64_t rate)
+double mlz_sampler_ln(double u)
 {
-    if (rate <= 1) return 1.0;
-    return -expm1(-((double)req + 1.0) / (double)rate);
-}
-
-static double miss_prob(uint64_t req, uint64_t rate)
-{
-    if (rate <= 1) return 0.0;
-    return exp(-((double)req + 1.0) / (double)rate);
-}
-
-/* Exact traces (rate 1) take the early returns: no divisions in the
- * readers' replay of every event. */
-double mlz_weight_bytes(uint64_t req, uint64_t rate)
-{
-    if (rate <= 1) return (double)req;
-    return (double)req / mlz_sample_prob(req, rate);
-}
-
-double mlz_weight_count(uint64_t req, uint64_t rate)
-{
-    if (rate <= 1) return 1.0;
-    return 1.0 / mlz_sample_prob(req, rate);
-}
-
-double mlz_var_bytes(uint64_t req, uint64_t rate)
-{
-    if (rate <= 1) return 0.0;
-    double p = mlz_sample_prob(req, rate), r = (double)req;
-    return r * r * miss_prob(req, rate) / (p * p);
-}
-
-double mlz_var_count(uint64_t req, uint64_t rate)
-{
-    if (rate <= 1) return 0.0;
-    double p = mlz_sample_prob(req, rate);
-    return miss_prob(req, rate) / (p * p);
+    union { double d; uint64_t b; } v = { u };
+    int e = (int)((v.b >> 52) & 0x7ff) - 1023;
+    v.b = (v.b & 0x000fffffffffffffull) | 0x3ff0000000000000ull;   /* m in [1, 2) */
+    double m = v.d;
+    if (m > 1.4142135623730951) { m *= 0.5; e++; }
+    double s = (m - 1.0) / (m + 1.0), z = s * s;
+    double series = 1.0 / 23;
+    for (int k = 21; k >= 1; k -= 2) series = series * z + 1.0 / k;   /* 1 + z/3 + z^2/5 + ... */
+    /* ln 2 in two parts: e * LN2_HI is exact for |e| < 2^11. */
+    const double LN2_HI = 6.93147180369123816490e-01, LN2_LO = 1.90821492927058770002e-10;
+    return e * LN2_HI + (2.0 * s * series + e * LN2_LO);
 }

@@ -74,6 +74,8 @@ uint64_t mlz_sampler_global_entropy(void);
 /* Next countdown: ceil of an exponential draw of mean `rate`; rate <= 1 is
  * exact mode (countdown 1: every allocation is sampled). */
 void mlz_sampler_rearm(mlz_sampler_tls *t, uint64_t rate);
+/* Natural log of u in [2^-53, 1] (the draw's; no libm). */
+double mlz_sampler_ln(double u);
 
 /* One raw 64-bit PRNG output (tests, jitter). */
 uint64_t mlz_sampler_rand(mlz_sampler_tls *t);

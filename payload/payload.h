@@ -77,6 +77,8 @@ typedef struct mlz_counters {
                                       * no ring): each leaves a phantom live object */
     _Atomic uint64_t disk_low_stops; /* 1 once new allocations stopped being recorded
                                       * because the spool's file system was almost full */
+    _Atomic uint64_t ring_waits;     /* pushes that found their ring full and waited
+                                      * for the drain thread */
 } mlz_counters;
 
 /* Free space the spool leaves on its file system (MEMLYZE_MIN_FREE_MB):

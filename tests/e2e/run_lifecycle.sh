@@ -9,6 +9,14 @@ import json, sys; d=json.load(open('$1'))
 print(int(round(sum(s['live_bytes'] for s in d['sites'] if any(f.startswith('$2') for f in s['frames'])))))"
 }
 
+# The payloads map nothing but themselves into a target: libc (and the
+# dynamic loader) are their only dependencies, not even libm.
+for so in "$B/lib/libmemlyze.so" "$B/lib/libmemlyze-preload.so"; do
+    needed=$(readelf -d "$so" | awk '/NEEDED/ { gsub(/[][]/, "", $NF); print $NF }')
+    check "$(basename "$so") needs only libc and ld.so ($(echo $needed))" bash -c \
+        "grep -qx libc.so.6 <<<'$needed' && ! grep -vqE '^(libc\.so\.6|ld-linux[-a-z0-9_]*\.so\.[0-9]+)$' <<<'$needed'"
+done
+
 g++ -O2 -g -o "$T/widgets" "$ROOT/tests/targets/widgets.cc" || fail "build widgets"
 out=$("$MEMLYZE" run -r 1 -o "$T/w.mlyze" -- "$T/widgets" 2>/dev/null)
 check "C++: output unchanged" test "$out" = "widgets: 100"

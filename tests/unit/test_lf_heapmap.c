@@ -9,6 +9,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 
 #include "../check.h"
 #include "heapmap.h"
@@ -565,6 +566,36 @@ static void test_concurrent(void)
     mlz_heapmap_destroy(&cm);
 }
 
+/* The map's resident size follows the heap in use: blocks of 16 B to 1 KiB
+ * packed over 1 MiB of heap, inserted and removed over and over, make at
+ * most one map page per 8 KiB of heap resident (plus the pages probes spill
+ * into), where a hash of the whole address made a page per block. */
+static void test_resident_follows_heap(void)
+{
+    mlz_heapmap m;
+    CHECK(mlz_heapmap_init(&m, 20) == 0);   /* 64 MiB reserved */
+    const uint64_t base = 0x7f0000000000ull, heap = 1u << 20;
+    uint64_t seed = 3, seq = 1, nblocks = 0;
+    for (int round = 0; round < 4; round++) {
+        for (uint64_t off = 0; off + 1024 <= heap; nblocks++) {
+            seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+            uint64_t size = 16 + ((seed >> 33) % 1009);
+            uint64_t p = base + off;
+            CHECK(insert(&m, p, seq++, 1) == 1);
+            if (round < 3) CHECK(mlz_heapmap_remove(&m, p, NULL) == 1);
+            off += (size + 15) & ~15ull;
+        }
+    }
+    size_t bytes = sizeof(mlz_heap_entry) << 20, pages = bytes / 4096, resident = 0;
+    unsigned char *vec = malloc(pages);
+    CHECK(vec && mincore(m.slots, bytes, vec) == 0);
+    for (size_t i = 0; vec && i < pages; i++) resident += vec[i] & 1;
+    free(vec);
+    printf("  %llu blocks over 1 MiB of heap: %zu map pages resident\n", (unsigned long long)nblocks, resident);
+    CHECK(resident <= (heap / 8192) * 5 / 4);
+    mlz_heapmap_destroy(&m);
+}
+
 int main(int argc, char **argv)
 {
     CHECK_MAIN_INIT(argc, argv);
@@ -573,6 +604,7 @@ int main(int argc, char **argv)
     RUN(test_stale_replacement);
     RUN(test_full_table);
     RUN(test_tombstone_churn);
+    RUN(test_resident_follows_heap);
     RUN(test_entry_check);
     RUN(test_concurrent);
     CHECK_EXIT();

@@ -122,6 +122,39 @@ static void test_countdown_rule(void)
     CHECK_EQ_U64(t.countdown, 5);
 }
 
+/* The draw's own log (the payload has no libm) against libm's, and the
+ * draw itself against ceil(-rate * log(u)) for the same u. */
+static void test_ln(void)
+{
+    CHECK(mlz_sampler_ln(1.0) == 0.0);
+    double worst = 0;
+    uint64_t seed = 7;
+    const double edges[] = { 0x1.0p-53, 0x1.0p-52, 0.5, 0.7071067811865475, 0.7071067811865476,
+                             0.9999999999999999, 1.0 - 0x1.0p-30, 0x1.6a09e667f3bcdp-1, 0.25 };
+    for (int i = 0; i < 1000000 + (int)(sizeof edges / sizeof edges[0]); i++) {
+        double u = i < (int)(sizeof edges / sizeof edges[0]) ? edges[i]
+                 : (double)((trng(&seed) >> 11) + 1) * 0x1.0p-53;
+        double want = log(u), got = mlz_sampler_ln(u);
+        double err = want == 0 ? fabs(got) : fabs(got - want) / fabs(want);
+        if (err > worst) worst = err;
+    }
+    CHECK(worst < 1e-15);     /* a few ulp (4.7e-16 seen) */
+    /* The countdown is ceil(-rate ln u) of the generator's u. */
+    for (uint64_t rate = 2; rate < (1ull << 40); rate = rate * 7 + 1) {
+        mlz_sampler_tls a, b;
+        mlz_sampler_thread_init(&a, rate, 99 + rate);
+        mlz_sampler_thread_init(&b, rate, 99 + rate);
+        for (int i = 0; i < 1000; i++) {
+            double u = (double)((mlz_sampler_rand(&b) >> 11) + 1) * 0x1.0p-53;
+            double want = ceil(-(double)rate * log(u));
+            int64_t got = (int64_t)draw(&a, rate);
+            /* A different last bit of the log may move a draw that is within
+             * an ulp of an integer to the next one: never further. */
+            CHECK(llabs(got - (int64_t)want) <= 1);
+        }
+    }
+}
+
 static void test_exact_mode(void)
 {
     mlz_sampler_tls t = {0};
@@ -316,6 +349,7 @@ int main(int argc, char **argv)
     CHECK_MAIN_INIT(argc, argv);
     RUN(test_countdown_rule);
     RUN(test_exact_mode);
+    RUN(test_ln);
     RUN(test_weights);
     RUN(test_mean_interval);
     RUN(test_ks_exponential);
