@@ -31,6 +31,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -42,11 +43,26 @@
  * For 10^6 entries it is ~10x faster than qsort. */
 typedef struct { uint64_t t; uint32_t i; } tkey;
 
+/* The arrays of a snapshot of 10^6 samples are tens of MB, touched once:
+ * in 4 KiB pages that was 30k page faults, a quarter of the snapshot's time.
+ * Transparent huge pages (where the system grants them on request) take
+ * 512 times fewer. The advice is all: p is freed with free(). */
+static void *huge_pages(void *p, size_t bytes)
+{
+    const uintptr_t huge = 2u << 20;
+    if (p && bytes >= 2 * huge) {
+        uintptr_t lo = ((uintptr_t)p + huge - 1) & ~(huge - 1), hi = ((uintptr_t)p + bytes) & ~(huge - 1);
+        if (hi > lo) madvise((void *)lo, hi - lo, MADV_HUGEPAGE);   /* refused: no harm */
+    }
+    return p;
+}
+
+static void *big_alloc(size_t bytes) { return huge_pages(malloc(bytes ? bytes : 1), bytes); }
+
 static int sort_by_time(snap_obj **v, size_t n, uint64_t mono2real)
 {
-    tkey *a = malloc((n ? n : 1) * sizeof *a), *b = malloc((n ? n : 1) * sizeof *b);
-    snap_obj *out = malloc((n ? n : 1) * sizeof *out);
-    if (!a || !b || !out) { free(a); free(b); free(out); return -1; }
+    tkey *a = big_alloc(n * sizeof *a), *b = big_alloc(n * sizeof *b);
+    if (!a || !b) { free(a); free(b); return -1; }
     /* The microseconds the writer will write: (time_ns + mono2real) / 1000. */
     uint64_t t0 = UINT64_MAX, hi = 0;
     for (size_t i = 0; i < n; i++) {
@@ -64,6 +80,8 @@ static int sort_by_time(snap_obj **v, size_t n, uint64_t mono2real)
         for (size_t i = 0; i < n; i++) b[count[(a[i].t >> shift) & 2047]++] = a[i];
         tkey *x = a; a = b; b = x;
     }
+    snap_obj *out = big_alloc(n * sizeof *out);
+    if (!out) { free(a); free(b); return -1; }
     for (size_t i = 0; i < n; i++) out[i] = (*v)[a[i].i];
     free(*v);
     *v = out;
@@ -204,7 +222,7 @@ static void scan_map(map_scan *s)
         mlz_heap_entry e;
         if (!settle_entry(s->pid, s->in, s->g->slots_addr + i * esz, raw, &e, &s->st)) continue;
         if (s->n == s->cap) {
-            snap_obj *nv = realloc(s->live, 2 * s->cap * sizeof *nv);
+            snap_obj *nv = huge_pages(realloc(s->live, 2 * s->cap * sizeof *nv), 2 * s->cap * sizeof *nv);
             if (!nv) { s->rc = -1; break; }
             s->live = nv;
             s->cap *= 2;
