@@ -5,6 +5,7 @@
 #include "cli.h"
 #include "snapshot.h"
 
+#include <errno.h>
 #include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +29,10 @@ static int run(int argc, char **argv)
     char *end;
     long pid = strtol(argv[optind], &end, 10);
     if (*end || pid <= 0 || pid > 0x7fffffff) return cli_usage_error(&cmd_snapshot, "'%s' is not a process id", argv[optind]);
+
+    /* Never overwritten (the write refuses too): said before the process is
+     * read, not after a second of work. */
+    if (out && access(out, F_OK) == 0) return cli_error("snapshot", "%s: %s", out, strerror(EEXIST));
 
     char name[64], err[512];
     snapshot_stats st;

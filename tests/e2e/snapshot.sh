@@ -57,4 +57,12 @@ out=$("$MEMLYZE" snapshot -o "$T/x.mlyze" 999999999 2>&1); rc=$?
 check "no such process: exit 1" bash -c "[ $rc -eq 1 ] && printf '%s' \"$out\" | grep -q 'no process'"
 check "bad pid: usage error" bash -c "'$MEMLYZE' snapshot abc 2>/dev/null; [ \$? -eq 2 ]"
 check "no partial file left behind" bash -c "! test -e '$T/x.mlyze'"
+# An existing -o is refused before the process is even looked at (this
+# pid has no payload: reading it first would say so instead).
+sleep 30 & SPID=$!
+echo keep > "$T/kept.mlyze"
+out=$("$MEMLYZE" snapshot -o "$T/kept.mlyze" "$SPID" 2>&1); rc=$?
+kill "$SPID"
+check "existing -o: one line naming the file, exit 1, file kept" bash -c \
+    "[ $rc -eq 1 ] && printf '%s' \"$out\" | grep -q 'kept.mlyze: File exists' && [ \"\$(cat '$T/kept.mlyze')\" = keep ]"
 finish
