@@ -574,8 +574,8 @@ int mlz__drain_start(void)
 {
     /* Pages of a ring become resident as it wraps: 128 KiB per sampling
      * thread, 64 KiB per thread in exact mode, where the push that makes a
-     * ring half full wakes the drain (rings of 8192 records took 2.7 MB of
-     * resident memory over 8 threads for no speed). */
+     * ring half full wakes the drain (rings of 8192 records kept 2 MB
+     * resident over 8 threads, for no speed). */
     ring_size = mlz__g.rate <= 1 ? 1u << 11 : 1u << 12;
     if (!stack_written) {
         void *m = mmap(NULL, MLZ_STACKTAB_DEFAULT_MAX / 8, PROT_READ | PROT_WRITE,
