@@ -13,6 +13,7 @@
 # (>1 = slower), the target's VmRSS at the end. Exact and heaptrack run
 # OPS/10 operations per thread (rates are per operation, so comparable).
 #   bench/compare.sh [RUNS]     env: OPS (per thread, default 2000000), THREADS (8)
+# Last lines: exact mode's and heaptrack's RSS over plain (the memory goal).
 set -u
 cd "$(dirname "$0")/.."
 B=${MLZ_BUILD:-build}
@@ -78,3 +79,12 @@ for n in 1 "$THREADS"; do
             "$(echo "$ns / $p" | bc -l)" "$(echo "$ns / $f" | bc -l)" "$rss"
     done
 done
+# The issue's memory goal: exact mode's RSS over plain no larger than heaptrack's.
+if [ -e "$T/r.heaptrack.1" ]; then
+    for n in 1 "$THREADS"; do
+        p=$(awk '{ print $2 }' "$T/r.plain.$n" | median)
+        e=$(awk '{ print $2 }' "$T/r.exact.$n" | median)
+        h=$(awk '{ print $2 }' "$T/r.heaptrack.$n" | median)
+        echo "$n threads: RSS over plain: exact $((e - p)) KiB, heaptrack $((h - p)) KiB"
+    done
+fi
