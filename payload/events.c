@@ -199,9 +199,10 @@ mlz_unwind_cache *mlz__unwind_cache(void)
  * ring getting half full wake it; its flushes wake the requester. */
 static _Atomic uint32_t flush_wake;
 
-static int ring_full(mlz_ring *r, uint64_t h)
+/* Records in the ring once the owner's head is h. */
+static uint64_t ring_fill(mlz_ring *r, uint64_t h)
 {
-    return h - atomic_load_explicit(&r->tail, memory_order_acquire) > r->mask;
+    return h - atomic_load_explicit(&r->tail, memory_order_acquire);
 }
 
 static MLZ_COLD MLZ_NOINLINE void wake_drain(void)
@@ -228,7 +229,7 @@ static MLZ_COLD MLZ_NOINLINE int wait_for_room(mlz_ring *r, uint64_t h)
             struct timespec ts = { 0, 50 * 1000 };
             nanosleep(&ts, NULL);
         }
-        if (!ring_full(r, h)) return 1;
+        if (ring_fill(r, h) <= r->mask) return 1;
         if (i % 16 == 0 && mlz__now_ns() - t0 > PUSH_WAIT_NS) return 0;
     }
 }
@@ -246,7 +247,7 @@ int mlz__push(enum mlz_rec_kind kind, uint64_t ts_ns, uint64_t addr, uint64_t si
         return 0;
     }
     uint64_t h = atomic_load_explicit(&r->head, memory_order_relaxed);
-    uint64_t fill = h - atomic_load_explicit(&r->tail, memory_order_acquire);
+    uint64_t fill = ring_fill(r, h);
     /* Half full: wake the drain thread now rather than at its next period,
      * so that small rings do not make this thread wait. One system call per
      * half ring, only while events come faster than one period drains. */
