@@ -59,7 +59,7 @@ typedef struct reuse_slot {
 /* The models' state; reset at every block. */
 typedef struct model {
     uint64_t size_tab[MLZ_SPLIT_SIZE_SLOTS];
-    uint8_t  size_ok[MLZ_SPLIT_SIZE_SLOTS];
+    uint8_t  size_len[MLZ_SPLIT_SIZE_SLOTS];  /* v1 varint bytes of size_tab[i]; 0 = empty */
     reuse_slot reuse[MLZ_SPLIT_REUSE_SLOTS];
     uint64_t reuse_size[MLZ_SPLIT_REUSE_SLOTS];
     uint8_t  reuse_count[MLZ_SPLIT_REUSE_SLOTS];
@@ -92,7 +92,7 @@ struct mlz_split_codec {
     size_t free_idx_cap;
     uint32_t *live_list, *live_pos;   /* the block's live allocations (see FREE) */
     size_t live_list_cap, live_pos_cap;
-    struct live_obj { uint64_t addr, size; } *live_objs;   /* the decoder's live list */
+    uint64_t *live_objs;       /* the decoder's live list: na addresses, then na sizes */
     size_t live_objs_cap;
     lits scratch[5];           /* literal columns on their way in or out */
 };
@@ -444,12 +444,12 @@ long mlz_split_encode(mlz_split_codec *c, const uint8_t *v1, size_t len, const u
             uint64_t size = k->a_size[ai], addr = k->a_addr[ai];
             uint16_t th = k->a_thread[ai];
             unsigned ss = size_slot(size);
-            if (m->size_ok[ss] && m->size_tab[ss] == size) {
+            if (m->size_len[ss] && m->size_tab[ss] == size) {
                 S[MLZ_S_SIZE_CODE].p[S[MLZ_S_SIZE_CODE].len++] = (uint8_t)(ss + 1);
             } else {
                 S[MLZ_S_SIZE_CODE].p[S[MLZ_S_SIZE_CODE].len++] = 0;
                 m->size_tab[ss] = size;
-                m->size_ok[ss] = 1;
+                m->size_len[ss] = (uint8_t)mlz_varint_len(size);
                 if (lit_add(&size_l, size)) return -1;
             }
             unsigned rs = reuse_slot_of(size);
@@ -519,9 +519,28 @@ long mlz_split_encode(mlz_split_codec *c, const uint8_t *v1, size_t len, const u
 
 #define BAD(...) do { snprintf(why, whylen, __VA_ARGS__); return -1; } while (0)
 
+/* The v1 varint bytes of a column's n values, from its byte planes where
+ * the width allows (byte loops the compiler vectorises): a value needs a
+ * second byte from 2^7 on and a third from 2^14 on. */
+static size_t varint_bytes(const uint8_t *restrict p, uint32_t n, unsigned w, const uint64_t *v)
+{
+    size_t sum = n;
+    if (w == 1) {
+        for (uint32_t i = 0; i < n; i++) sum += p[i] >> 7;
+    } else if (w == 2) {
+        const uint8_t *restrict hi = p + n;
+        for (uint32_t i = 0; i < n; i++) sum += (hi[i] != 0 || p[i] >= 0x80) + (hi[i] >= 0x40);
+    } else if (w > 2) {
+        sum = 0;
+        for (uint32_t i = 0; i < n; i++) sum += mlz_varint_len(v[i]);
+    }
+    return sum;
+}
+
 /* Reads a byte-plane column of n numbers; -1 if its length or width is wrong
- * or the width is not the smallest that holds the values. */
-static int get_num_col(const stream *s, uint32_t n, uint64_t *restrict v, unsigned maxw)
+ * or the width is not the smallest that holds the values. With vbytes, also
+ * gives the v1 varint bytes of the values. */
+static int get_num_col(const stream *s, uint32_t n, uint64_t *restrict v, unsigned maxw, size_t *vbytes)
 {
     if (s->len < 1) return -1;
     unsigned w = s->p[0];
@@ -551,6 +570,7 @@ static int get_num_col(const stream *s, uint32_t n, uint64_t *restrict v, unsign
         while (i < n && !top[i]) i++;
         if (i == n) return -1;
     }
+    if (vbytes) *vbytes = varint_bytes(p, n, w, v);
     return 0;
 }
 
@@ -625,10 +645,11 @@ int mlz_split_decode(mlz_split_codec *c, const uint8_t *payload, size_t len,
     }
     memcpy(k->kind, kind, n);
     k->n = n; k->nalloc = na; k->nfree = nf;
-    if (get_num_col(&S[MLZ_S_DELTA], n, k->delta, 8)) BAD("malformed delta stream");
+    size_t delta_bytes = 0, stack_bytes = 0, size_bytes = 0;   /* v1 varints, for raw_len */
+    if (get_num_col(&S[MLZ_S_DELTA], n, k->delta, 8, &delta_bytes)) BAD("malformed delta stream");
     if (S[MLZ_S_SIZE_CODE].len != na || S[MLZ_S_ADDR_CODE].len != na)
         BAD("size or address code streams do not hold one code per ALLOC (%u)", na);
-    if (get_num_col(&S[MLZ_S_STACK], na, k->a_stack, 8)) BAD("malformed stack stream");
+    if (get_num_col(&S[MLZ_S_STACK], na, k->a_stack, 8, &stack_bytes)) BAD("malformed stack stream");
 
     /* Literal columns: their counts follow from the codes. */
     uint32_t nsl = 0, nal = 0;
@@ -638,22 +659,26 @@ int mlz_split_decode(mlz_split_codec *c, const uint8_t *payload, size_t len,
     for (int i = 0; i < 5; i++)
         if (grow((void **)&L[i].v, &L[i].cap, n + 1, sizeof *L[i].v)) BAD("out of memory");
     uint64_t *size_lit = L[0].v, *addr_lit = L[1].v, *thr = L[2].v, *refs = L[3].v, *flits = L[4].v;
-    if (get_num_col(&S[MLZ_S_SIZE_LIT], nsl, size_lit, 8)) BAD("malformed size literal stream");
-    if (get_num_col(&S[MLZ_S_ADDR_LIT], nal, addr_lit, 8)) BAD("malformed address literal stream");
-    if (get_num_col(&S[MLZ_S_THREAD], na, thr, 2)) BAD("malformed thread stream");
-    if (get_num_col(&S[MLZ_S_FREE_REF], nf, refs, 8)) BAD("malformed free reference stream");
+    if (get_num_col(&S[MLZ_S_SIZE_LIT], nsl, size_lit, 8, NULL)) BAD("malformed size literal stream");
+    if (get_num_col(&S[MLZ_S_ADDR_LIT], nal, addr_lit, 8, NULL)) BAD("malformed address literal stream");
+    if (get_num_col(&S[MLZ_S_THREAD], na, thr, 2, NULL)) BAD("malformed thread stream");
+    if (get_num_col(&S[MLZ_S_FREE_REF], nf, refs, 8, NULL)) BAD("malformed free reference stream");
     uint32_t nfl = 0;
     for (uint32_t i = 0; i < nf; i++) nfl += refs[i] == 0;
-    if (get_num_col(&S[MLZ_S_FREE_LIT], nfl, flits, 8)) BAD("malformed free literal stream");
+    if (get_num_col(&S[MLZ_S_FREE_LIT], nfl, flits, 8, NULL)) BAD("malformed free literal stream");
 
     /* The model pass, in event order. */
     model *m = &c->m;
     model_reset(m);
     /* The live list holds each object's address and size (not its index):
-     * a FREE then reads one entry, near the list's end, instead of two
-     * columns at an index anywhere in the block. */
-    if (grow((void **)&c->live_objs, &c->live_objs_cap, na + 1, sizeof *c->live_objs)) BAD("out of memory");
-    struct live_obj *live = c->live_objs;
+     * a FREE then reads near the list's end instead of two columns at an
+     * index anywhere in the block. Two arrays, not an array of pairs: the
+     * last entry was often stored a few events ago as two 8-byte stores,
+     * and the 16-byte load the compiler makes of a pair waits for them to
+     * drain (a failed store forward: a quarter of the decode time). */
+    if (grow((void **)&c->live_objs, &c->live_objs_cap, 2 * ((size_t)na + 1), sizeof *c->live_objs))
+        BAD("out of memory");
+    uint64_t *live_addr = c->live_objs, *live_size = c->live_objs + na + 1;
     uint32_t nlive = 0;
     uint32_t ai = 0, fi = 0, si = 0, li = 0, fli = 0;
     size_t op = 0, raw = 0;
@@ -665,14 +690,16 @@ int mlz_split_decode(mlz_split_codec *c, const uint8_t *payload, size_t len,
             uint64_t size;
             uint8_t s = sc[ai];
             if (s) {
-                if (s > MLZ_SPLIT_SIZE_SLOTS || !m->size_ok[s - 1]) BAD("size code %u names an empty slot", s);
+                if (s > MLZ_SPLIT_SIZE_SLOTS || !m->size_len[s - 1]) BAD("size code %u names an empty slot", s);
                 size = m->size_tab[s - 1];
+                size_bytes += m->size_len[s - 1];
             } else {
                 size = size_lit[si++];
                 unsigned ss = size_slot(size);
-                if (m->size_ok[ss] && m->size_tab[ss] == size) BAD("size literal %llu should have been a table hit", (unsigned long long)size);
+                if (m->size_len[ss] && m->size_tab[ss] == size) BAD("size literal %llu should have been a table hit", (unsigned long long)size);
                 m->size_tab[ss] = size;
-                m->size_ok[ss] = 1;
+                m->size_len[ss] = (uint8_t)mlz_varint_len(size);
+                size_bytes += m->size_len[ss];
             }
             uint16_t th = (uint16_t)(thr[ai] ^ prev_th);
             prev_th = th;
@@ -693,7 +720,8 @@ int mlz_split_decode(mlz_split_codec *c, const uint8_t *payload, size_t len,
                  * choice would still decode to the same events. */
                 addr = addr_base(m, th) + unzz(addr_lit[li++]);
             }
-            live[nlive++] = (struct live_obj){ addr, size };
+            live_addr[nlive] = addr;
+            live_size[nlive++] = size;
             addr_seen(m, th, addr);
             k->a_size[ai] = size;
             k->a_addr[ai] = addr;
@@ -704,10 +732,12 @@ int mlz_split_decode(mlz_split_codec *c, const uint8_t *payload, size_t len,
             if (ref) {
                 if (ref > nlive) BAD("FREE names live object %llu from the end of %u", (unsigned long long)ref, nlive);
                 uint32_t p = nlive - (uint32_t)ref;
-                struct live_obj o = live[p];
-                live[p] = live[--nlive];
-                addr = o.addr;
-                reuse_push(m, o.size, addr);
+                uint64_t size = live_size[p];
+                addr = live_addr[p];
+                nlive--;
+                live_addr[p] = live_addr[nlive];
+                live_size[p] = live_size[nlive];
+                reuse_push(m, size, addr);
             } else {
                 addr = m->prev_free_lit + unzz(flits[fli++]);
                 m->prev_free_lit = addr;
@@ -720,9 +750,8 @@ int mlz_split_decode(mlz_split_codec *c, const uint8_t *payload, size_t len,
         }
     }
     /* The v1 length, column by column. */
-    raw = (size_t)n + 10 * (size_t)na + 8 * (size_t)nf + op;   /* type bytes, fixed fields, tails */
-    for (uint32_t i = 0; i < n; i++) raw += mlz_varint_len(k->delta[i]);
-    for (uint32_t i = 0; i < na; i++) raw += mlz_varint_len(k->a_size[i]) + mlz_varint_len(k->a_stack[i]);
+    raw = (size_t)n + 10 * (size_t)na + 8 * (size_t)nf + op   /* type bytes, fixed fields, tails */
+        + delta_bytes + size_bytes + stack_bytes;
     if (op != S[MLZ_S_OTHER].len) BAD("%zu unused bytes in the other-events stream", S[MLZ_S_OTHER].len - op);
     if (raw > MLZ_SPLIT_MAX_RAW) BAD("block decodes to %zu bytes, over the %u limit", raw, MLZ_SPLIT_MAX_RAW);
     if (grow((void **)&k->other, &k->other_cap, op ? op : 1, 1)) BAD("out of memory");

@@ -192,6 +192,31 @@ static void test_extreme_values(void)
     mlz_split_free(c);
 }
 
+/* The decoder counts the v1 bytes of the delta and stack columns from their
+ * byte planes when they are 1 or 2 bytes wide: values at each varint
+ * boundary (2^7, 2^14), for each width, must give the block's v1 length. */
+static void test_varint_boundaries_per_width(void)
+{
+    static const uint64_t w1[] = { 0, 1, 127, 128, 200, 255 };
+    static const uint64_t w2[] = { 0, 127, 128, 255, 256, 16383, 16384, 32768, 65535 };
+    static const uint64_t w3[] = { 0, 128, 16383, 16384, 65536, 2097151, 2097152, 16777215 };
+    const uint64_t *sets[] = { w1, w2, w3 };
+    size_t lens[] = { 6, 9, 8 };
+    for (int k = 0; k < 3; k++) {
+        mlz_split_codec *c = mlz_split_new(3);
+        REQUIRE(c);
+        v1buf v = { .n = 0 };
+        for (size_t i = 0; i < lens[k]; i++)
+            for (size_t j = 0; j < lens[k]; j++)   /* every delta with every stack */
+                v1_alloc(&v, sets[k][i], 0x10000 + 64 * (i * 16 + j), 32, sets[k][j], 1);
+        CHECK(roundtrip(c, &v) == 0);
+        size_t l;
+        const uint8_t *d = stream(c, MLZ_S_DELTA, &l), *st = stream(c, MLZ_S_STACK, &l);
+        CHECK(d[0] == k + 1 && st[0] == k + 1);   /* the width the case is about */
+        mlz_split_free(c);
+    }
+}
+
 static void test_threads_mid_block(void)
 {
     mlz_split_codec *c = mlz_split_new(3);
@@ -522,6 +547,7 @@ int main(int argc, char **argv)
     RUN(test_first_event_is_free_of_earlier_block);
     RUN(test_address_reuse_and_size_table);
     RUN(test_extreme_values);
+    RUN(test_varint_boundaries_per_width);
     RUN(test_threads_mid_block);
     RUN(test_random_blocks_roundtrip);
     RUN(test_v1_split_v1_identical);

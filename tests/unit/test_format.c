@@ -97,6 +97,20 @@ static void test_varint_examples(void)
     }
 }
 
+/* mlz_varint_len's closed form against the encoder at both ends of every
+ * bit width (1..64 significant bits). */
+static void test_varint_len_every_width(void)
+{
+    uint8_t b[10];
+    CHECK(mlz_varint_len(0) == 1);
+    for (unsigned bits = 1; bits <= 64; bits++) {
+        uint64_t lo = 1ull << (bits - 1), hi = lo | (lo - 1);
+        CHECK(mlz_varint_len(lo) == mlz_varint_put(b, lo));
+        CHECK(mlz_varint_len(hi) == mlz_varint_put(b, hi));
+        CHECK(mlz_varint_len(lo) == (bits + 6) / 7);
+    }
+}
+
 static void test_varint_rejects(void)
 {
     uint64_t v;
@@ -421,6 +435,7 @@ int main(int argc, char **argv)
     snprintf(dir, sizeof dir, "/tmp/mlz-test-format-XXXXXX");
     if (!mkdtemp(dir)) return 1;
     RUN(test_varint_examples);
+    RUN(test_varint_len_every_width);
     RUN(test_varint_rejects);
     RUN(test_roundtrip_raw_and_lz4);
     RUN(test_lz4_smaller_and_seek);
