@@ -529,7 +529,7 @@ static size_t varint_bytes(const uint8_t *restrict p, uint32_t n, unsigned w, co
         for (uint32_t i = 0; i < n; i++) sum += p[i] >> 7;
     } else if (w == 2) {
         const uint8_t *restrict hi = p + n;
-        for (uint32_t i = 0; i < n; i++) sum += (hi[i] != 0 || p[i] >= 0x80) + (hi[i] >= 0x40);
+        for (uint32_t i = 0; i < n; i++) sum += ((hi[i] | (p[i] >> 7)) != 0) + (hi[i] >= 0x40);
     } else if (w > 2) {
         sum = 0;
         for (uint32_t i = 0; i < n; i++) sum += mlz_varint_len(v[i]);
@@ -553,10 +553,11 @@ static int get_num_col(const stream *s, uint32_t n, uint64_t *restrict v, unsign
     } else if (w == 1) {
         for (uint32_t i = 0; i < n; i++) v[i] = p[i];
     } else if (w == 2) {
-        for (uint32_t i = 0; i < n; i++) v[i] = p[i] | (uint64_t)p[n + i] << 8;
+        const uint8_t *restrict p1 = p + n;   /* not p[n + i]: its 32-bit wrap stops vectorising */
+        for (uint32_t i = 0; i < n; i++) v[i] = p[i] | (uint64_t)p1[i] << 8;
     } else if (w == 3) {
-        for (uint32_t i = 0; i < n; i++)
-            v[i] = p[i] | (uint64_t)p[n + i] << 8 | (uint64_t)p[2 * (size_t)n + i] << 16;
+        const uint8_t *restrict p1 = p + n, *restrict p2 = p + 2 * (size_t)n;
+        for (uint32_t i = 0; i < n; i++) v[i] = p[i] | (uint64_t)p1[i] << 8 | (uint64_t)p2[i] << 16;
     } else {
         for (uint32_t i = 0; i < n; i++) v[i] = p[i];
         for (unsigned b = 1; b < w; b++) {
