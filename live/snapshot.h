@@ -58,6 +58,11 @@ int  mlz_live_write(mlz_live_heap *h, const char *out, int compress, char *err, 
 int  mlz_live_write_new(mlz_live_heap *h, int compress, char *name, size_t namelen, char *err, size_t errlen);
 void mlz_live_free(mlz_live_heap *h);
 
+/* Puts v[0..n) in birth order, by the microseconds the file will hold,
+ * (time_ns + mono2real) / 1000; entries born in one microsecond keep their
+ * order. *v is replaced by a new array. 0, or -1 out of memory. */
+int mlz_live_sort_by_birth(mlz_live_obj **v, size_t n, uint64_t mono2real);
+
 /* Read and write in one: 0, or -1 with a one-line reason. Never replaces an existing OUT. */
 int mlz_snapshot(pid_t pid, const char *out, int compress, snapshot_stats *st, char *err, size_t errlen);
 
