@@ -34,6 +34,15 @@ static uint64_t splitmix64(uint64_t *x)
     return z ^ (z >> 31);
 }
 
+int mlz_sampler_follow(mlz_sampler_tls *t, unsigned d)
+{
+    if (d == t->rate_shift) return 1;
+    unsigned k = d - t->rate_shift;   /* the doublings since the thread last looked */
+    int keep = d < t->rate_shift || (k < 64 && mlz_sampler_rand(t) >> (64 - k) == 0);
+    t->rate_shift = d;
+    return keep;
+}
+
 uint64_t mlz_sampler_rand(mlz_sampler_tls *t)
 {
     uint64_t s0 = t->prng[0], s1 = t->prng[1];

@@ -46,6 +46,7 @@ typedef struct mlz_sampler_tls {
     uint64_t prng[2];     /* xoroshiro128++ state, never all zero */
     uint32_t in_hook;     /* recursion guard, owned by the payload */
     uint32_t initialized; /* set by mlz_sampler_thread_init() */
+    uint32_t rate_shift;  /* the thread samples at rate << rate_shift (mlz_sampler_follow) */
 } mlz_sampler_tls;
 
 /* Hot path: one subtraction and one compare. Unsigned arithmetic so a
@@ -79,6 +80,17 @@ double mlz_sampler_ln(double u);
 
 /* One raw 64-bit PRNG output (tests, jitter). */
 uint64_t mlz_sampler_rand(mlz_sampler_tls *t);
+
+/* Rate raises (the payload doubles its rate d times under overload). Call
+ * at each sample point with the process-wide shift d, before rearming at
+ * rate << d. When d is larger than the thread's shift, the point was drawn
+ * at the old rate: it is kept with probability 2^-(d - shift). Thinning a
+ * Poisson process of mean interval R that way leaves one of mean R * 2^k,
+ * and the countdowns after it are drawn at the new rate, so every point
+ * from the one the thread sees the change at weighs as one at the new rate:
+ * the estimates stay unbiased. A smaller d (a new session) is taken as is.
+ * Sets t->rate_shift = d; 1 = keep the point. */
+int mlz_sampler_follow(mlz_sampler_tls *t, unsigned d);
 
 /* Weights, shared with the reader: pure functions of (req, rate).
  * p = P(an allocation of req bytes is sampled); 1.0 when rate <= 1. */

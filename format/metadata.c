@@ -90,6 +90,19 @@ const char *mlz_meta_file(const mlz_meta *m, uint64_t id)
     return i < 0 ? NULL : m->files[i];
 }
 
+uint64_t mlz_meta_marker_rate(const mlz_meta *m, uint64_t func_id)
+{
+    const char *s = mlz_meta_function(m, func_id);
+    size_t k = sizeof MLZ_RATE_MARKER - 1;
+    if (!s || strncmp(s, MLZ_RATE_MARKER, k) || s[k] < '1' || s[k] > '9') return 0;
+    uint64_t n = 0;
+    for (s += k; *s >= '0' && *s <= '9'; s++) {
+        if (n > (UINT64_MAX - 9) / 10) return 0;
+        n = n * 10 + (uint64_t)(*s - '0');
+    }
+    return *s ? 0 : n;
+}
+
 const char *mlz_meta_function(const mlz_meta *m, uint64_t id)
 {
     ssize_t i = find_id(m->func_ids, m->nfunctions, id);

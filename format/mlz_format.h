@@ -202,6 +202,14 @@ typedef struct mlz_meta {
 const mlz_stack *mlz_meta_stack(const mlz_meta *m, uint64_t id);
 const char *mlz_meta_file(const mlz_meta *m, uint64_t id);
 const char *mlz_meta_function(const mlz_meta *m, uint64_t id);
+
+/* A MARKER whose function is named MLZ_RATE_MARKER "N" (decimal, N >= 1)
+ * sets the sampling rate of the ALLOC events after it, up to the next such
+ * marker; before the first, the metadata's "rate" holds. The payload raises
+ * the rate this way under overload (docs/FORMAT.md). Returns N, or 0 when
+ * the function is no rate marker. */
+#define MLZ_RATE_MARKER "memlyze:rate "
+uint64_t mlz_meta_marker_rate(const mlz_meta *m, uint64_t func_id);
 int  mlz_meta_parse(mlz_meta *m, const char *json, size_t len, mlz_error *err);
 void mlz_meta_free(mlz_meta *m);
 
@@ -235,6 +243,7 @@ typedef struct mlz_block_view {
     const uint16_t *a_thread;   /* [nalloc] */
     const uint64_t *f_addr;     /* [nfree] */
     const uint32_t *o_len;      /* [n - nalloc - nfree] v1 length of each other event */
+    const uint64_t *o_name;     /* [n - nalloc - nfree] a MARKER's function id (0 for others) */
 } mlz_block_view;
 int  mlz_reader_next_block(mlz_reader *r, mlz_block_view *b, mlz_error *err);
 

@@ -55,6 +55,7 @@ struct mlz_reader {
     uint32_t sp_i, sp_n, sp_a, sp_f;  /* SPLIT: next event, events, ALLOC and FREE cursors */
     size_t sp_o;              /* SPLIT: offset in the other-events stream */
     uint32_t *o_len;          /* SPLIT blocks: v1 length of each other event */
+    uint64_t *o_name;         /* and a MARKER's function id */
     size_t o_len_cap;
     int block_start;          /* the event just returned opened its block */
     int ahead_failed;
@@ -295,6 +296,7 @@ void mlz_reader_close(mlz_reader *r)
     free(r->buf);
     free(r->zbuf);
     free(r->o_len);
+    free(r->o_name);
     mlz_split_free(r->split);
     free(r->seen);
     free(r->idx);
@@ -846,18 +848,22 @@ int mlz_reader_next_block(mlz_reader *r, mlz_block_view *b, mlz_error *err)
     if (no) {
         if (r->o_len_cap < no) {
             uint32_t *v = realloc(r->o_len, no * sizeof *v);
-            if (!v) return mlz__error_set(err, MLZ_RULE_IO, r->block_off, "out of memory");
-            r->o_len = v;
+            if (v) r->o_len = v;
+            uint64_t *nm = v ? realloc(r->o_name, no * sizeof *nm) : NULL;
+            if (!nm) return mlz__error_set(err, MLZ_RULE_IO, r->block_off, "out of memory");
+            r->o_name = nm;
             r->o_len_cap = no;
         }
         mlz_event ev;
         for (uint32_t i = 0, j = 0; i < c->n; i++)
             if (c->kind[i] != MLZ_EV_ALLOC && c->kind[i] != MLZ_EV_FREE) {
                 if (split_other_event(r, c->kind[i], c->delta[i], &ev, err)) return -1;
+                r->o_name[j] = ev.type == MLZ_EV_MARKER ? ev.name_id : 0;
                 r->o_len[j++] = ev.enc_len;
             }
     }
     b->o_len = r->o_len;
+    b->o_name = r->o_name;
     b->n = c->n;
     b->nalloc = c->nalloc;
     b->nfree = c->nfree;

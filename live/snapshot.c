@@ -35,6 +35,10 @@
 #include <time.h>
 #include <unistd.h>
 
+/* Function ids of the snapshot's markers: 0 ends the file, and
+ * SNAPSHOT_RATE_MARKER_ID + k names the rate << k (see mlz_live_meta). */
+#define SNAPSHOT_RATE_MARKER_ID 1
+
 /* The arrays of a snapshot of 10^6 samples are tens of MB, touched once:
  * in 4 KiB pages that was 30k page faults, a quarter of the snapshot's time.
  * Transparent huge pages (where the system grants them on request) take
@@ -134,7 +138,7 @@ static void decode_entry(const struct memlyze_info *in, const uint8_t *raw, mlz_
     atomic_init(&e->key, key);
     memcpy(&e->size, raw + in->entry_size_field, 8);
     memcpy(&e->stack_id, raw + in->entry_stack_id, 4);
-    memcpy(&e->tid, raw + in->entry_tid, 4);
+    memcpy(&e->tid, raw + in->entry_tid_shift, 4);
     memcpy(&e->time_ns, raw + in->entry_time_ns, 8);
     memcpy(&e->seq, raw + in->entry_seq, 8);
     memcpy(&e->check, raw + in->entry_check, 8);
@@ -254,13 +258,19 @@ static void scan_map(map_scan *s)
         if (k == MLZ_HEAP_EMPTY || k == MLZ_HEAP_TOMBSTONE) continue;
         mlz_heap_entry e;
         if (!settle_entry(s->pid, s->in, s->g->slots_addr + i * esz, raw, &e, &s->st)) continue;
+        if (e.tid >> MEMLYZE_TID_SHIFT_POS > MEMLYZE_RATE_SHIFT_MAX) {   /* no payload writes that */
+            s->st.skipped++;
+            continue;
+        }
         if (s->n == s->cap) {
             snap_obj *nv = huge_pages(realloc(s->live, 2 * s->cap * sizeof *nv), 2 * s->cap * sizeof *nv);
             if (!nv) { s->rc = -1; break; }
             s->live = nv;
             s->cap *= 2;
         }
-        s->live[s->n++] = (snap_obj){ atomic_load(&e.key), e.size, e.time_ns, e.stack_id, e.tid };
+        s->live[s->n++] = (snap_obj){ .addr = atomic_load(&e.key), .size = e.size, .time_ns = e.time_ns,
+                                      .stack_id = e.stack_id, .tid = e.tid & MEMLYZE_TID_MASK,
+                                      .rate_shift = e.tid >> MEMLYZE_TID_SHIFT_POS };
     }
     free(slots);
 }
@@ -430,6 +440,14 @@ int mlz_live_meta(mlz_live_heap *h, mlz_raw_stack *stacks, size_t nstacks, char 
     json_object_set_new(root, "session", json_string(sess));
     json_t *fns = json_object();
     json_object_set_new(fns, "0", json_string("memlyze:snapshot"));
+    /* Samples taken after the payload raised its rate (overload) follow a
+     * MARKER naming theirs: function 1 + shift. */
+    for (unsigned k = 0; h->rate > 1 && k <= MEMLYZE_RATE_SHIFT_MAX && h->rate <= (UINT64_MAX >> k); k++) {
+        char key[16], name[48];
+        snprintf(key, sizeof key, "%u", SNAPSHOT_RATE_MARKER_ID + k);
+        snprintf(name, sizeof name, MLZ_RATE_MARKER "%llu", (unsigned long long)(h->rate << k));
+        json_object_set_new(fns, key, json_string(name));
+    }
     json_object_set_new(root, "functions", fns);
     if (h->extra) json_object_update(root, (json_t *)h->extra);
     int rc = mlz_symbolized_meta(stacks, nstacks, h->mods, h->nmods, root, "snapshot", meta, ml, err, errlen);
@@ -456,9 +474,15 @@ int mlz_live_write(mlz_live_heap *h, const char *out, int compress, char *err, s
                           .flags = compress ? MLZ_FLAG_LZ4 : 0, .buf = buf, .buf_size = sizeof buf,
                           .zbuf = zbuf, .zbuf_size = sizeof zbuf };
     int we = mlz_writer_open(&wr, out, &o);
-    for (size_t i = 0; !we && i < nlive; i++)
-        we = mlz_writer_alloc(&wr, (live[i].time_ns + mono2real) / 1000, live[i].addr, live[i].size,
-                              live[i].stack_id, (uint16_t)live[i].tid);
+    unsigned shift = 0;
+    for (size_t i = 0; !we && i < nlive; i++) {
+        uint64_t t = (live[i].time_ns + mono2real) / 1000;
+        if (live[i].rate_shift != shift && h->rate > 1) {
+            shift = live[i].rate_shift;
+            if ((we = mlz_writer_marker(&wr, t, SNAPSHOT_RATE_MARKER_ID + shift))) break;
+        }
+        we = mlz_writer_alloc(&wr, t, live[i].addr, live[i].size, live[i].stack_id, (uint16_t)live[i].tid);
+    }
     if (!we) we = mlz_writer_marker(&wr, now_us, 0);
     if (!we) we = mlz_writer_close(&wr);
     else mlz_writer_abort(&wr);

@@ -18,10 +18,13 @@ typedef struct snapshot_stats {
 } snapshot_stats;
 
 /* One consistent live sample: where, how big, born when (the target's
- * monotonic clock), from which of the payload's stacks, on which thread. */
+ * monotonic clock), from which of the payload's stacks, on which thread,
+ * sampled at which rate (the heap's rate << rate_shift: the payload raises
+ * it under overload). */
 typedef struct mlz_live_obj {
     uint64_t addr, size, time_ns;
-    uint32_t stack_id, tid;
+    uint32_t stack_id;
+    unsigned tid : 24, rate_shift : 8;
 } mlz_live_obj;
 
 /* The live samples of a process, read into memory (memlyze watch reads one

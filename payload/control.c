@@ -41,6 +41,7 @@ int mlz__start(void)
     /* This thread may have allocated before the configuration was read
      * (other libraries' constructors run first): its countdown was drawn at
      * the default rate. Other threads draw theirs at their next sample. */
+    mlz__tls.s.rate_shift = 0;   /* a new session starts at its own rate */
     if (mlz__tls.s.initialized) mlz_sampler_rearm(&mlz__tls.s, mlz__g.rate);
     atomic_store(&mlz__g.active_free, 1);
     atomic_store(&mlz__g.active_alloc, 1);

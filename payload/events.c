@@ -39,6 +39,7 @@
 #include <sys/statvfs.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
@@ -234,7 +235,8 @@ static MLZ_COLD MLZ_NOINLINE int wait_for_room(mlz_ring *r, uint64_t h)
     }
 }
 
-int mlz__push(enum mlz_rec_kind kind, uint64_t ts_ns, uint64_t addr, uint64_t size, uint32_t stack_id)
+int mlz__push(enum mlz_rec_kind kind, uint64_t ts_ns, uint64_t addr, uint64_t size, uint32_t stack_id,
+              unsigned rate_shift)
 {
     mlz_tls *t = &mlz__tls;
     mlz_ring *r = my_ring(t);
@@ -263,6 +265,7 @@ int mlz__push(enum mlz_rec_kind kind, uint64_t ts_ns, uint64_t addr, uint64_t si
     e->size = size;
     e->stack_id = stack_id;
     e->type = (uint8_t)kind;
+    e->rate_shift = (uint8_t)rate_shift;
     atomic_store_explicit(&r->head, h + 1, memory_order_release);
     return 1;
 }
@@ -365,10 +368,23 @@ static void write_stack(uint32_t id, uint64_t t_us)
 #define SPOOL_TRUNCATED_ID MLZ_STACKTAB_DEFAULT_MAX
 static int truncated_written;
 
+/* Rate changes in the spool: before an ALLOC sampled at another rate than
+ * the previous ALLOC, a MARKER naming the new rate (function id
+ * RATE_MARKER_ID + shift, "memlyze:rate N" in the metadata). Threads move
+ * to a raised rate one by one, so the markers may go back and forth for a
+ * moment; a reader weighs each ALLOC by the last marker before it. */
+#define RATE_MARKER_ID 2
+static unsigned spool_shift;
+
 static void write_rec(const mlz_rec *e, int32_t tid)
 {
     uint64_t t = to_us(e->ts_ns);
     int rc;
+    if (e->type == MLZ_REC_ALLOC && e->rate_shift != spool_shift) {
+        if (mlz_writer_marker(&spool, t, RATE_MARKER_ID + e->rate_shift))
+            atomic_fetch_add_explicit(&mlz__g.c.spool_errors, 1, memory_order_relaxed);
+        spool_shift = e->rate_shift;
+    }
     if (e->type == MLZ_REC_ALLOC) {
         uint64_t id = e->stack_id;
         if (id == MLZ_STACK_NONE || id >= MLZ_STACKTAB_DEFAULT_MAX) {
@@ -481,6 +497,31 @@ static void check_disk_floor(void)
     mlz__err_line("memlyze: the spool's file system is almost full: new allocations are no longer recorded\n");
 }
 
+/* Overload: since the last round, a sampled ALLOC was given up or a FREE
+ * had to wait for room, so events come faster than this thread writes
+ * them. The sampling rate doubles for the rest of the session (threads
+ * follow it through mlz_sampler_follow, which keeps the weights unbiased),
+ * at most once per RAISE_GAP_NS so that threads take a sample each at the
+ * new rate before the next look, and at most MEMLYZE_RATE_SHIFT_MAX times.
+ * Exact mode never raises: every allocation is what was asked for, so its
+ * threads wait instead. */
+#define RAISE_GAP_NS (20ull * 1000 * 1000)
+static uint64_t trouble_seen, raised_at;
+
+static void raise_rate_if_behind(uint64_t now)
+{
+    uint64_t trouble = atomic_load_explicit(&mlz__g.c.ring_drops, memory_order_relaxed) +
+                       atomic_load_explicit(&mlz__g.c.ring_waits, memory_order_relaxed);
+    if (mlz__g.rate <= 1 || trouble == trouble_seen) return;
+    trouble_seen = trouble;
+    unsigned k = (unsigned)atomic_load(&mlz__g.c.rate_shift);
+    if (k >= MEMLYZE_RATE_SHIFT_MAX || (raised_at && now - raised_at < RAISE_GAP_NS) ||
+        mlz__g.rate > (UINT64_MAX >> (k + 1)))
+        return;
+    raised_at = now;
+    atomic_store(&mlz__g.c.rate_shift, k + 1);
+}
+
 static void *drain_main(void *arg)
 {
     unsigned gen = (unsigned)(uintptr_t)arg;
@@ -513,6 +554,7 @@ static void *drain_main(void *arg)
          * full (threads may be waiting for room): at once. */
         uint64_t fullest = drain_round(d);
         sum_counters();
+        raise_rate_if_behind(d);
         check_disk_floor();
         period = fullest > ring_size / 2 ? 0
                : mlz__g.rate <= 1 || fullest > ring_size / 8 ? DRAIN_BUSY_NS : DRAIN_PERIOD_NS;
@@ -566,6 +608,11 @@ static void build_meta(size_t *len)
     mlz_jw_obj(&w, "functions");
     mlz_jw_idkey_str(&w, 0, "memlyze:start");
     mlz_jw_idkey_str(&w, 1, "memlyze:stop");
+    for (unsigned k = 0; mlz__g.rate > 1 && k <= MEMLYZE_RATE_SHIFT_MAX; k++) {
+        char name[48];
+        snprintf(name, sizeof name, MLZ_RATE_MARKER "%llu", (unsigned long long)(mlz__g.rate << k));
+        mlz_jw_idkey_str(&w, RATE_MARKER_ID + k, name);
+    }
     mlz_jw_end(&w);
     mlz_jw_end(&w);
     *len = mlz_jw_ok(&w) == 0 ? w.len : 0;
@@ -578,6 +625,10 @@ int mlz__drain_start(void)
      * ring half full wakes the drain (rings of 8192 records kept 2 MB
      * resident over 8 threads, for no speed). */
     ring_size = mlz__g.rate <= 1 ? 1u << 11 : 1u << 12;
+    atomic_store(&mlz__g.c.rate_shift, 0);
+    spool_shift = 0;
+    trouble_seen = atomic_load(&mlz__g.c.ring_drops) + atomic_load(&mlz__g.c.ring_waits);
+    raised_at = 0;
     if (!stack_written) {
         void *m = mmap(NULL, MLZ_STACKTAB_DEFAULT_MAX / 8, PROT_READ | PROT_WRITE,
                        MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -628,6 +679,8 @@ static void write_counters(uint64_t t_us)
     C("spool_errors", mlz__g.c.spool_errors);
     C("disk_low_stops", mlz__g.c.disk_low_stops);
     C("ring_waits", mlz__g.c.ring_waits);
+    C("rate_shift", mlz__g.c.rate_shift);
+    C("rate_final", mlz__g.rate << mlz__g.c.rate_shift);
     C("map_capacity", mlz__g.map.mask + 1);
     C("map_inserts", mlz__g.map.inserts);
     C("map_removes", mlz__g.map.removes);

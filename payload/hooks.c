@@ -14,6 +14,7 @@
  * if anything we call allocates, that allocation passes straight through.
  */
 #include "payload.h"
+#include "info.h"
 #include "modtab.h"
 
 #include <errno.h>
@@ -56,6 +57,7 @@ static void leave(_Atomic uint64_t *f)
 static MLZ_COLD MLZ_NOINLINE void thread_init(mlz_tls *t)
 {
     static _Atomic uint64_t ordinal;
+    t->s.rate_shift = (uint32_t)atomic_load_explicit(&mlz__g.c.rate_shift, memory_order_relaxed);
     t->tid = (int32_t)syscall(SYS_gettid);
     uint64_t seed;
     if (mlz__g.seed)   /* reproducible: the n-th thread to sample gets the n-th stream */
@@ -63,7 +65,7 @@ static MLZ_COLD MLZ_NOINLINE void thread_init(mlz_tls *t)
     else
         seed = mlz_sampler_seed_for_thread(mlz_sampler_global_entropy(), (uint64_t)mlz__g.pid,
                                            (uint64_t)t->tid, mlz__now_ns());
-    mlz_sampler_thread_init(&t->s, mlz__g.rate, seed);
+    mlz_sampler_thread_init(&t->s, mlz__g.rate << t->s.rate_shift, seed);
 }
 
 /* Captures the caller's stack, our own frames dropped. */
@@ -103,13 +105,14 @@ static void record_alloc(mlz_tls *t, void *p, size_t n, uint64_t ts)
     uint64_t pcs[MLZ_MAX_FRAMES];
     unsigned depth = capture(t, pcs);
     uint32_t id = mlz_stacktab_intern(&mlz__g.stacks, pcs, depth);
-    if (!mlz__push(MLZ_REC_ALLOC, ts, (uint64_t)p, n, id)) {
+    if (!mlz__push(MLZ_REC_ALLOC, ts, (uint64_t)p, n, id, t->s.rate_shift)) {
         mlz_heapmap_cancel(&mlz__g.map, slot);
         return;
     }
     if (mlz__g.rate > 1) mlz_bloom_add(&mlz__g.bloom, (uint64_t)p);   /* exact: saturated (state.c) */
     uint64_t seq = atomic_fetch_add_explicit(&mlz__g.seq, 1, memory_order_relaxed);
-    mlz_heapmap_publish(&mlz__g.map, slot, (uint64_t)p, n, id, (uint32_t)t->tid, ts, seq);
+    uint32_t tid_shift = ((uint32_t)t->tid & MEMLYZE_TID_MASK) | t->s.rate_shift << MEMLYZE_TID_SHIFT_POS;
+    mlz_heapmap_publish(&mlz__g.map, slot, (uint64_t)p, n, id, tid_shift, ts, seq);
     mlz__count_sample();
 }
 
@@ -132,8 +135,12 @@ MLZ_COLD MLZ_NOINLINE void mlz__sample_slow(void *p, size_t n, uint64_t ts)
         /* This allocation takes its chance against the fresh countdown. */
         if (!mlz_sampler_should_sample(&t->s, n)) return;
     }
-    mlz_sampler_rearm(&t->s, mlz__g.rate);
-    if (!p) return;
+    /* Has the drain thread raised the rate (overload, events.c) since this
+     * thread last looked? Then this point was drawn at the old one. */
+    unsigned shift = (unsigned)atomic_load_explicit(&mlz__g.c.rate_shift, memory_order_relaxed);
+    int keep = mlz_sampler_follow(&t->s, shift);
+    mlz_sampler_rearm(&t->s, mlz__g.rate << t->s.rate_shift);
+    if (!p || !keep) return;
     t->s.in_hook = 1;
     _Atomic uint64_t *f = enter(&mlz__g.active_alloc);
     if (f) {
@@ -160,7 +167,7 @@ static void record_free(void *p, const mlz_heap_entry *old)
     /* An insert that died during birth (time 0) may not have added its
      * counts yet: taking them out could hide another sample. */
     if (old->time_ns && mlz__g.rate > 1) mlz_bloom_remove(&mlz__g.bloom, (uint64_t)p);
-    if (mlz__push(MLZ_REC_FREE, mlz__now_ns(), (uint64_t)p, 0, 0)) mlz__count_free();
+    if (mlz__push(MLZ_REC_FREE, mlz__now_ns(), (uint64_t)p, 0, 0, 0)) mlz__count_free();
 }
 
 /* Sampled pointer (maybe) freed: remove before the real free, so the

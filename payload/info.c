@@ -11,7 +11,7 @@ extern _Atomic int mlz__attached;
 
 static const char *const counter_names[] = {
     "samples", "frees_tracked", "ring_drops", "no_ring", "reentrant",
-    "events_written", "spool_errors", "in_flight", "frees_lost", "disk_low_stops", "ring_waits",
+    "events_written", "spool_errors", "in_flight", "frees_lost", "disk_low_stops", "ring_waits", "rate_shift",
 };
 _Static_assert(sizeof counter_names / sizeof *counter_names == sizeof(mlz_counters) / sizeof(uint64_t),
                "every counter has a name");
@@ -27,7 +27,7 @@ static const struct memlyze_field info_fields[] = {
     FIELD(ready_addr), FIELD(attached_addr), FIELD(rate_addr), FIELD(pid_addr), FIELD(mono_to_real_addr),
     FIELD(session_addr), FIELD(map_slots_addr), FIELD(map_mask_addr), FIELD(stack_recs_addr),
     FIELD(stack_frames_addr), FIELD(stack_next_id_addr), FIELD(counters_addr), FIELD(counter_names_addr),
-    FIELD(entry_size), FIELD(entry_key), FIELD(entry_size_field), FIELD(entry_stack_id), FIELD(entry_tid),
+    FIELD(entry_size), FIELD(entry_key), FIELD(entry_size_field), FIELD(entry_stack_id), FIELD(entry_tid_shift),
     FIELD(entry_time_ns), FIELD(entry_seq), FIELD(entry_check), FIELD(check_algorithm),
     FIELD(rec_size), FIELD(rec_ready), FIELD(rec_depth), FIELD(rec_frames_offset), FIELD(max_frames),
     FIELD(ncounters), FIELD(map_log2_min), FIELD(map_log2_max), FIELD(entry_size_min), FIELD(record_size_max),
@@ -53,7 +53,7 @@ MLZ_EXPORT const struct memlyze_info memlyze_info = {
     .entry_key = offsetof(mlz_heap_entry, key),
     .entry_size_field = offsetof(mlz_heap_entry, size),
     .entry_stack_id = offsetof(mlz_heap_entry, stack_id),
-    .entry_tid = offsetof(mlz_heap_entry, tid),
+    .entry_tid_shift = offsetof(mlz_heap_entry, tid),
     .entry_time_ns = offsetof(mlz_heap_entry, time_ns),
     .entry_seq = offsetof(mlz_heap_entry, seq),
     .entry_check = offsetof(mlz_heap_entry, check),

@@ -29,7 +29,8 @@
 #include <stdint.h>
 
 #define MEMLYZE_INFO_MAGIC   "MLZINFO"  /* 8 bytes with the NUL */
-#define MEMLYZE_INFO_VERSION 4   /* 2: session_addr; 3: map_log2_max; 4: the field table */
+#define MEMLYZE_INFO_VERSION 5   /* 2: session_addr; 3: map_log2_max; 4: the field table;
+                                    5: entry_tid_shift (was entry_tid) */
 #define MEMLYZE_INFO_SYMBOL  "memlyze_info"
 
 /* How the payload appears in a process: /proc/PID/maps shows the memfd
@@ -56,6 +57,14 @@
 #define MEMLYZE_HOOK_KINDS { "malloc", "free", "calloc", "realloc", "memalign", "aligned_alloc", "posix_memalign" }
 #define MEMLYZE_HOOK_KINDS_TEXT "malloc, free, calloc, realloc, memalign, aligned_alloc, posix_memalign"
 #define MEMLYZE_NAMED_HOOKS_MAX 16
+
+/* A heap-map entry's entry_tid_shift word: the thread id in its low 24
+ * bits (Linux keeps tids below 2^22), and in the top 8 the shift of the
+ * rate the sample was taken at: rate_addr's rate << shift. The payload
+ * raises the shift under overload, never past MEMLYZE_RATE_SHIFT_MAX. */
+#define MEMLYZE_TID_MASK        0xffffffu
+#define MEMLYZE_TID_SHIFT_POS   24
+#define MEMLYZE_RATE_SHIFT_MAX  20
 
 /* The heap map has 2^log2 slots, log2 in [MIN, MAX] ($MEMLYZE_MAP_LOG2). */
 #define MEMLYZE_MAP_LOG2_MIN 8
@@ -145,7 +154,7 @@ struct memlyze_info {
 
     /* Heap-map entry layout. */
     uint32_t entry_size;
-    uint32_t entry_key, entry_size_field, entry_stack_id, entry_tid;
+    uint32_t entry_key, entry_size_field, entry_stack_id, entry_tid_shift;
     uint32_t entry_time_ns, entry_seq, entry_check;
     uint32_t check_algorithm;      /* MEMLYZE_CHECK_ALGORITHM: memlyze_check_word */
 
@@ -169,7 +178,7 @@ static inline int memlyze_info_readable(const struct memlyze_info *in)
              in->entry_size <= MEMLYZE_RECORD_SIZE_MAX && in->rec_size > 0 && in->rec_size <= MEMLYZE_RECORD_SIZE_MAX &&
              in->ncounters <= MEMLYZE_COUNTERS_MAX && in->map_log2_max <= MEMLYZE_MAP_LOG2_MAX;
     ok = ok && in->entry_key + 8 <= in->entry_size && in->entry_size_field + 8 <= in->entry_size &&
-         in->entry_stack_id + 4 <= in->entry_size && in->entry_tid + 4 <= in->entry_size &&
+         in->entry_stack_id + 4 <= in->entry_size && in->entry_tid_shift + 4 <= in->entry_size &&
          in->entry_time_ns + 8 <= in->entry_size && in->entry_seq + 8 <= in->entry_size &&
          in->entry_check + 8 <= in->entry_size;
     return ok && in->rec_ready + 4 <= in->rec_size && in->rec_depth + 4 <= in->rec_size &&

@@ -59,7 +59,8 @@ typedef struct mlz_rec {
     uint64_t size;
     uint32_t stack_id;
     uint8_t  type;            /* enum mlz_rec_kind */
-    uint8_t  pad[3];
+    uint8_t  rate_shift;      /* ALLOC: sampled at rate << rate_shift */
+    uint8_t  pad[2];
 } mlz_rec;
 
 /* Statistics the tools read (memlyze status, the spool's counters). */
@@ -79,6 +80,10 @@ typedef struct mlz_counters {
                                       * because the spool's file system was almost full */
     _Atomic uint64_t ring_waits;     /* pushes that found their ring full and waited
                                       * for the drain thread */
+    /* Overload (events.c): the drain thread doubles the rate, for the rest
+     * of the session, each time events come faster than it writes them.
+     * Threads move to rate << rate_shift at their next sample (hooks.c). */
+    _Atomic uint64_t rate_shift;
 } mlz_counters;
 
 /* Free space the spool leaves on its file system (MEMLYZE_MIN_FREE_MB):
@@ -91,7 +96,7 @@ typedef struct mlz_global {
     _Atomic int active_free;         /* track frees of sampled ones */
     int ready;                       /* data structures exist */
     pid_t pid;                       /* to notice fork/vfork children */
-    uint64_t rate;
+    uint64_t rate;                   /* raised under overload: see c.rate_shift */
     uint64_t seed;                   /* 0 = from entropy */
     uint64_t min_free;               /* bytes to leave free where the spool is; 0 = no floor */
     int min_free_set;                /* by MEMLYZE_MIN_FREE_MB (else at most 5% of the file system) */
@@ -160,7 +165,8 @@ void mlz__atfork_child(void);        /* pthread_atfork child handler */
 /* events.c */
 /* 1 = recorded. 0 = not recorded (counted): the caller must act as if the
  * event had not happened to the profile (an ALLOC's sample is given up). */
-int  mlz__push(enum mlz_rec_kind kind, uint64_t ts_ns, uint64_t addr, uint64_t size, uint32_t stack_id);
+int  mlz__push(enum mlz_rec_kind kind, uint64_t ts_ns, uint64_t addr, uint64_t size, uint32_t stack_id,
+               unsigned rate_shift);
 int  mlz__drain_start(void);         /* opens the spool, starts the thread */
 void mlz__drain_stop(void);          /* final drain, seals the spool */
 void mlz__drain_forget(void);        /* fork child: the thread is gone */

@@ -117,10 +117,11 @@ static void on_change(void *arg, const prof *p, const addr_obj *o, int sign)
 {
     pairing *pg = arg;
     dsite *d = &pg->t->v[pg->ids[p == pg->pa ? 0 : 1][o->site]];
-    double wb = mlz_weight_bytes(o->size, p->rate), vb = mlz_var_bytes(o->size, p->rate);
+    uint64_t rate = p->rates.v[o->rate_idx];
+    double wb = mlz_weight_bytes(o->size, rate), vb = mlz_var_bytes(o->size, rate);
     pd_add(&d->pg, wb, vb, sign);
     pd_add(&pg->total, wb, vb, sign);
-    d->gc += sign * mlz_weight_count(o->size, p->rate);
+    d->gc += sign * mlz_weight_count(o->size, rate);
     if (sign > 0) pg->born++;
     else pg->died++;
 }

@@ -31,7 +31,13 @@ static int run(int argc, char **argv)
     printf("kind:            %s\n", m->kind ? m->kind : "plain v1");
     if (m->pid >= 0) printf("pid:             %lld\n", (long long)m->pid);
     if (m->exe) printf("executable:      %s\n", m->exe);
-    printf("sampling rate:   %s\n", p.rate <= 1 ? "every allocation (exact)" : cli_bytes((double)p.rate, b1, sizeof b1));
+    printf("sampling rate:   %s", p.rate <= 1 ? "every allocation (exact)" : cli_bytes((double)p.rate, b1, sizeof b1));
+    /* Raised under overload: the rate MARKERs the trace holds. */
+    uint64_t top_rate = p.rate;
+    for (unsigned i = 1; i < p.rates.n; i++)
+        if (p.rates.v[i] > top_rate) top_rate = p.rates.v[i];
+    if (top_rate > p.rate) printf(", raised up to %s under load", cli_bytes((double)top_rate, b2, sizeof b2));
+    printf("\n");
     printf("compression:     %s\n", (h->flags & MLZ_FLAG_LZ4) ? "lz4 blocks" : (h->flags & MLZ_FLAG_SPLIT) ? "split-stream blocks (zstd)" : "none");
     printf("events:          %llu\n", (unsigned long long)p.events);
     for (int i = 0; i < 5; i++)

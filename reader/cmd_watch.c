@@ -167,7 +167,7 @@ static int refresh_once(watch *w, char *err, size_t errlen)
     int rc = mlz_live_read(w->pid, &h, err, errlen);
     if (rc) return rc;
     if (learn_stacks(w, &h, err, errlen)) { mlz_live_free(&h); return -1; }
-    uint64_t rate = h.rate ? h.rate : 1;
+    uint64_t base = h.rate ? h.rate : 1;
     /* Sites appear only through learn_stacks; the baseline of a site born
      * after it is zero (memset in site_at). */
     for (size_t i = 0; i < w->nsites; i++) w->sites[i].live = w->sites[i].count = (est){ 0, 0 };
@@ -178,6 +178,7 @@ static int refresh_once(watch *w, char *err, size_t errlen)
         if (at == UINT32_MAX) continue;   /* cannot happen: learn_stacks saw every stack */
         w_site *s = &w->sites[w->stack_site[at]];
         uint64_t size = h.obj[i].size;
+        uint64_t rate = base << h.obj[i].rate_shift;   /* raised under overload (payload/events.c) */
         add_est(&s->live, mlz_weight_bytes(size, rate), mlz_var_bytes(size, rate));
         add_est(&s->count, mlz_weight_count(size, rate), mlz_var_count(size, rate));
         add_est(&w->total, mlz_weight_bytes(size, rate), mlz_var_bytes(size, rate));

@@ -5,6 +5,7 @@
 #include "addrmap.h"
 #include "errbuf.h"
 #include "growbuf.h"
+#include "ratetab.h"
 #include "sampler.h"
 
 #include <errno.h>
@@ -29,6 +30,8 @@ typedef struct builder {
     uint64_t first_us;
     int have_first;
     uint64_t live_bytes;
+    const mlz_meta *meta;
+    ratetab rates;            /* the rate each ALLOC was sampled at */
 } builder;
 
 static int put(builder *b, const replay_op *op)
@@ -72,7 +75,7 @@ static int on_alloc(builder *b, const mlz_event *ev, uint16_t worker, uint64_t t
 {
     uint32_t copies = 1;
     if (b->p->weighted) {
-        double w = mlz_weight_count(ev->size, b->p->rate);
+        double w = mlz_weight_count(ev->size, b->rates.v[b->rates.cur]);
         copies = w < 1 ? 1 : w > 65535 ? 65535 : (uint32_t)lround(w);
     }
     int64_t first = -1;
@@ -148,6 +151,8 @@ int replay_plan_build(const char *path, int weighted, replay_plan *plan, char *e
         return errbuf_set(err, errlen, "out of memory");
     }
     b->p = plan;
+    b->meta = m;
+    ratetab_init(&b->rates, plan->rate);
     plan->fd = memfd_create("memlyze-replay", MFD_CLOEXEC);
     if (plan->fd < 0 || !(b->out = fdopen(dup(plan->fd), "w"))) {
         errbuf_set(err, errlen, "memfd: %s", strerror(errno));
@@ -157,6 +162,7 @@ int replay_plan_build(const char *path, int weighted, replay_plan *plan, char *e
     int k;
     uint16_t cur = 0;
     while ((k = mlz_reader_next(r, &ev, &e)) > 0) {
+        if (ev.type == MLZ_EV_MARKER) ratetab_marker(&b->rates, b->meta, ev.name_id);
         /* Address 0: a failed allocation, or free(NULL): nothing to replay. */
         if ((ev.type != MLZ_EV_ALLOC && ev.type != MLZ_EV_FREE) || ev.addr == 0) continue;
         if (!b->have_first) b->first_us = ev.time_us, b->have_first = 1;

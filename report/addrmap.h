@@ -14,6 +14,7 @@ typedef struct addr_obj {
     uint64_t time_us;
     uint32_t site;            /* index into the profile's sites */
     uint16_t thread;
+    uint8_t  rate_idx;        /* the rate it was sampled at: prof.rates[rate_idx] */
 } addr_obj;
 
 typedef struct addrmap {

@@ -3,6 +3,7 @@
  */
 #include "heapseries.h"
 #include "addrmap.h"
+#include "ratetab.h"
 #include "sampler.h"
 
 #include <stdio.h>
@@ -62,6 +63,8 @@ int hs_build(heapseries *h, mlz_reader *r, mlz_error *err)
     h->width_us = 1;
     addrmap live;
     if (addrmap_init(&live)) return fail(err, "out of memory");
+    ratetab rates;
+    ratetab_init(&rates, h->rate);
 
     double v = 0, var = 0;
     mlz_event ev;
@@ -70,23 +73,24 @@ int hs_build(heapseries *h, mlz_reader *r, mlz_error *err)
         h->events++;
         h->end_us = ev.time_us;
         if (ev.type == MLZ_EV_ALLOC) {
-            addr_obj o = { ev.addr, ev.size, ev.time_us, 0, ev.thread }, old;
+            addr_obj o = { ev.addr, ev.size, ev.time_us, 0, ev.thread, (uint8_t)rates.cur }, old;
             int had = addrmap_put(&live, &o, &old);
             if (had < 0) { rc = fail(err, "out of memory"); break; }
             if (had) {   /* allocated again without a FREE we saw: the old one is gone */
-                v -= mlz_weight_bytes(old.size, h->rate);
-                var -= mlz_var_bytes(old.size, h->rate);
+                v -= mlz_weight_bytes(old.size, rates.v[old.rate_idx]);
+                var -= mlz_var_bytes(old.size, rates.v[old.rate_idx]);
             }
-            v += mlz_weight_bytes(ev.size, h->rate);
-            var += mlz_var_bytes(ev.size, h->rate);
+            v += mlz_weight_bytes(ev.size, rates.v[rates.cur]);
+            var += mlz_var_bytes(ev.size, rates.v[rates.cur]);
             h->allocs++;
         } else if (ev.type == MLZ_EV_FREE) {
             addr_obj o;
             if (!addrmap_take(&live, ev.addr, &o)) { h->unmatched_frees++; continue; }
-            v -= mlz_weight_bytes(o.size, h->rate);
-            var -= mlz_var_bytes(o.size, h->rate);
+            v -= mlz_weight_bytes(o.size, rates.v[o.rate_idx]);
+            var -= mlz_var_bytes(o.size, rates.v[o.rate_idx]);
             h->frees++;
         } else if (ev.type == MLZ_EV_MARKER) {
+            ratetab_marker(&rates, m, ev.name_id);
             if (h->nmarkers == h->capmarkers) {
                 size_t cap = h->capmarkers ? h->capmarkers * 2 : 16;
                 hs_marker *nm = realloc(h->markers, cap * sizeof *nm);

@@ -25,12 +25,19 @@ int mlz_loss_describe(const json_t *counters, char *buf, size_t len)
      * the program did. */
     const char *disk = counter(counters, "disk_low_stops")
                      ? "; new allocations stopped being recorded when the spool's file system was almost full" : "";
-    if (!given_up && !frees && !*disk) return 0;
+    /* Raised rate: nothing lost, but fewer samples than asked for. */
+    char raised[160] = "";
+    unsigned long long shift = counter(counters, "rate_shift");
+    if (shift)
+        snprintf(raised, sizeof raised, "%ssampling rate raised %llux, to %llu bytes, to keep up with the program "
+                 "(estimates stay unbiased, their intervals wider)", given_up || frees || *disk ? "; " : "",
+                 1ull << (shift < 63 ? shift : 63), counter(counters, "rate_final"));
+    if (!given_up && !frees && !*disk && !shift) return 0;
     if (!given_up && !frees)
-        snprintf(buf, len, "recording incomplete%s", disk);
+        snprintf(buf, len, "%s%s%s", *disk ? "recording incomplete" : "", disk, raised);
     else
         snprintf(buf, len, "events lost while recording: %llu samples given up (estimates are low), "
-                 "%llu frees not recorded (as many objects may show as live)%s", given_up, frees, disk);
+                 "%llu frees not recorded (as many objects may show as live)%s%s", given_up, frees, disk, raised);
     return 1;
 }
 

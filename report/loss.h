@@ -10,7 +10,8 @@
 #include <jansson.h>
 
 /* Writes a one-line description (no newline) into buf and returns 1 when
- * the counters object (metadata "counters", may be NULL) shows a loss;
+ * the counters object (metadata "counters", may be NULL) shows a loss, or
+ * that the payload raised its sampling rate to keep up;
  * returns 0 and leaves buf empty otherwise. */
 int mlz_loss_describe(const json_t *counters, char *buf, size_t len);
 

@@ -51,7 +51,7 @@ static void count_old(const addr_obj *o, void *arg)
     old_ctx *c = arg;
     if (o->time_us > c->before) return;
     prof_site *s = &c->p->sites[o->site];
-    site_add_w(&s->old_bytes, &s->old_count, o->size, c->p->rate, 1);
+    site_add_w(&s->old_bytes, &s->old_count, o->size, c->p->rates.v[o->rate_idx], 1);
 }
 
 /* An object's Horvitz-Thompson weights and their variances. */
@@ -130,6 +130,7 @@ static int prof_init(prof *p, mlz_reader *r, mlz_error *err)
         return -1;
     }
     p->rate = p->meta->rate ? p->meta->rate : 1;
+    ratetab_init(&p->rates, p->rate);
     p->nsites = p->meta->nstacks;
     p->sites = calloc(p->nsites ? p->nsites : 1, sizeof *p->sites);
     p->site_of = calloc(p->nsites ? p->nsites : 1, sizeof *p->site_of);
@@ -147,12 +148,12 @@ static int on_alloc(prof *p, uint64_t addr, uint64_t size, uint64_t stack_id, ui
     const mlz_stack *st = mlz_meta_stack(p->meta, stack_id);
     uint32_t si = p->site_of[st - p->meta->stacks];
     prof_site *s = &p->sites[si];
-    weights w = weights_of(size, p->rate);
-    addr_obj o = { addr, size, t_us, si, thread }, old;
+    weights w = weights_of(size, p->rates.v[p->rates.cur]);
+    addr_obj o = { addr, size, t_us, si, thread, (uint8_t)p->rates.cur }, old;
     int had = addrmap_put(&p->live, &o, &old);
     if (had < 0) return -1;
     if (had) {
-        weights ow = weights_of(old.size, p->rate);
+        weights ow = weights_of(old.size, p->rates.v[old.rate_idx]);
         live_move(p, &p->sites[old.site], &ow, -1);
         p->sites[old.site].live_samples--;
         p->live_samples--;
@@ -181,8 +182,9 @@ static void on_free(prof *p, uint64_t addr, uint64_t t_us, int in_window, uint64
         return;
     }
     prof_site *s = &p->sites[o.site];
-    weights w = weights_of(o.size, p->rate);
-    if (in_window && t_us - o.time_us <= temp_us) site_add_w(&s->temp_bytes, &s->temp_count, o.size, p->rate, 1);
+    uint64_t rate = p->rates.v[o.rate_idx];
+    weights w = weights_of(o.size, rate);
+    if (in_window && t_us - o.time_us <= temp_us) site_add_w(&s->temp_bytes, &s->temp_count, o.size, rate, 1);
     live_move(p, s, &w, -1);
     /* Exact zero when nothing is left: no floating-point residue. */
     if (--s->live_samples == 0) s->live_bytes = s->live_count = (est){ 0, 0 };
@@ -214,6 +216,8 @@ static int replay_events(prof *p, mlz_reader *r, const prof_opts *opt, mlz_error
             if (on_alloc(p, ev.addr, ev.size, ev.stack_id, ev.thread, ev.time_us, in_window)) return oom(err);
         } else if (ev.type == MLZ_EV_FREE) {
             on_free(p, ev.addr, ev.time_us, in_window, opt->temp_us);
+        } else if (ev.type == MLZ_EV_MARKER) {
+            ratetab_marker(&p->rates, p->meta, ev.name_id);
         }
     }
     return rc;
@@ -243,6 +247,7 @@ static int replay_blocks(prof *p, mlz_reader *r, const prof_opts *opt, mlz_error
                 len = mlz_v1_free_len(b.delta[i]);
                 on_free(p, b.f_addr[f++], t, in_window, opt->temp_us);
             } else {
+                if (type == MLZ_EV_MARKER) ratetab_marker(&p->rates, p->meta, b.o_name[o]);
                 len = b.o_len[o++];
             }
             count_event(p, type, len, t);

@@ -13,6 +13,7 @@
 
 #include "addrmap.h"
 #include "mlz_format.h"
+#include "ratetab.h"
 
 typedef struct est {
     double value, var;        /* estimate and its variance */
@@ -38,7 +39,8 @@ typedef struct prof_opts {
 
 typedef struct prof {
     const mlz_meta *meta;
-    uint64_t rate;            /* 1 = exact */
+    uint64_t rate;            /* 1 = exact; the metadata's, where the trace starts */
+    ratetab rates;            /* the rates ALLOCs were sampled at (ratetab.h) */
     prof_site *sites;         /* parallel to meta->stacks; only canonical ones are used */
     uint32_t *site_of;        /* stack index -> canonical site (same symbolized frames) */
     size_t nsites;

@@ -56,7 +56,7 @@ INFO_NEEDED = (
     "ready_addr", "attached_addr", "rate_addr", "pid_addr", "mono_to_real_addr", "session_addr",
     "map_slots_addr", "map_mask_addr", "stack_recs_addr", "stack_frames_addr", "stack_next_id_addr",
     "counters_addr", "counter_names_addr",
-    "entry_size", "entry_key", "entry_size_field", "entry_stack_id", "entry_tid", "entry_time_ns",
+    "entry_size", "entry_key", "entry_size_field", "entry_stack_id", "entry_tid_shift", "entry_time_ns",
     "entry_seq", "entry_check", "check_algorithm",
     "rec_size", "rec_ready", "rec_depth", "rec_frames_offset", "max_frames", "ncounters",
     "map_log2_max", "entry_size_min", "record_size_max", "counters_max",
@@ -142,7 +142,7 @@ def parse_info(raw, table):
     es, rs, cap = d["entry_size"], d["rec_size"], d["record_size_max"]
     ok = (d["check_algorithm"] == CHECK_ALGORITHM and d["entry_size_min"] <= es <= cap and 0 < rs <= cap
           and cap <= INFO_SIZE_MAX and d["ncounters"] <= d["counters_max"] <= 4096 and d["map_log2_max"] < 64)
-    for f, w in (("entry_key", 8), ("entry_size_field", 8), ("entry_stack_id", 4), ("entry_tid", 4),
+    for f, w in (("entry_key", 8), ("entry_size_field", 8), ("entry_stack_id", 4), ("entry_tid_shift", 4),
                  ("entry_time_ns", 8), ("entry_seq", 8), ("entry_check", 8)):
         ok = ok and d[f] + w <= es
     for f, w in (("rec_ready", 4), ("rec_depth", 4), ("rec_frames_offset", 8)):
@@ -249,7 +249,7 @@ class Payload(object):
         i = self.i
         es, cap = i["entry_size"], self.mask + 1
         ko, so, sio, tio, to, qo, co = (i["entry_key"], i["entry_size_field"], i["entry_stack_id"],
-                                        i["entry_tid"], i["entry_time_ns"], i["entry_seq"], i["entry_check"])
+                                        i["entry_tid_shift"], i["entry_time_ns"], i["entry_seq"], i["entry_check"])
         per = max(1, (1 << 20) // es)
         live, skipped, tombstones = [], 0, 0
         fast = ko % 8 == 0 and es % 8 == 0
@@ -273,7 +273,8 @@ class Payload(object):
                 size, check = struct.unpack_from("<Q", data, e + so)[0], struct.unpack_from("<Q", data, e + co)[0]
                 sid, tid = struct.unpack_from("<I", data, e + sio)[0], struct.unpack_from("<I", data, e + tio)[0]
                 tns, seq = struct.unpack_from("<Q", data, e + to)[0], struct.unpack_from("<Q", data, e + qo)[0]
-                if key == HEAP_RESERVED or check != heap_entry_check(key, size, sid, tid, tns, seq):
+                if key == HEAP_RESERVED or check != heap_entry_check(key, size, sid, tid, tns, seq) or \
+                        tid >> TID_SHIFT_POS > RATE_SHIFT_MAX:
                     skipped += 1
                     continue
                 live.append((tns, key, size, sid, tid))
@@ -390,6 +391,17 @@ HEADER_SIZE = 256
 FLAG_SEALED = 0x1
 EV_ALLOC, EV_MARKER = 0, 3
 SNAPSHOT_MARKER = "memlyze:snapshot"
+# An entry's entry_tid_shift word (payload/info.h): the thread id in the low
+# 24 bits, the shift of the rate the sample was taken at in the top 8 (the
+# payload doubles its rate under overload). Snapshots name each rate in a
+# MARKER before the first ALLOC sampled at it: function 1 + shift.
+TID_MASK, TID_SHIFT_POS, RATE_SHIFT_MAX = 0xFFFFFF, 24, 20
+RATE_MARKER_ID = 1
+
+
+def rate_of(rate, tid):
+    """The rate an entry was sampled at, from the payload's base rate."""
+    return rate << (tid >> TID_SHIFT_POS) if rate > 1 else rate
 
 
 def varint(v):
@@ -422,6 +434,8 @@ def snapshot_meta(snap):
         d.update(base=m.start, size=m.end - m.start, bias=m.bias)
         meta["modules"].append(d)
     files, funcs = {}, {SNAPSHOT_MARKER: 0}
+    for k in range(RATE_SHIFT_MAX + 1 if p.rate > 1 else 0):
+        funcs["memlyze:rate %d" % (p.rate << k)] = RATE_MARKER_ID + k
     traces = {}
     for sid in snap.order:
         fr = []
@@ -444,11 +458,16 @@ def snapshot_meta(snap):
 def snapshot_bytes(snap, now_us):
     meta = json.dumps(snapshot_meta(snap), separators=(",", ":")).encode()
     start = snap.time_us(snap.live[0][0]) if snap.live else now_us
-    ev, last, n = bytearray(), start, 0
+    ev, last, n, shift = bytearray(), start, 0, 0
     for (tns, key, size, _, tid), sid in zip(snap.live, snap.sid_of):
         t = snap.time_us(tns)
         d = t - last if t > last else 0     # out of order: keep the predecessor's time
         last += d
+        if snap.p.rate > 1 and tid >> TID_SHIFT_POS != shift:
+            shift = tid >> TID_SHIFT_POS
+            ev += bytes((EV_MARKER,)) + varint(d) + varint(RATE_MARKER_ID + shift)
+            n += 1
+            d = 0
         ev += bytes((EV_ALLOC,)) + varint(d) + struct.pack("<Q", key) + varint(size) + varint(sid) + \
             struct.pack("<H", tid & 0xFFFF)
         n += 1
@@ -559,7 +578,8 @@ def top_sites(snap):
         key_of[sid] = key
     for (tns, key, size, _, tid), sid in zip(snap.live, snap.sid_of):
         s = sites[key_of[sid]]
-        p, q = sample_prob(size, rate), miss_prob(size, rate)
+        r = rate_of(rate, tid)
+        p, q = sample_prob(size, r), miss_prob(size, r)
         s["bytes"] += size / p
         s["bvar"] += float(size) * size * q / (p * p)
         s["count"] += 1.0 / p

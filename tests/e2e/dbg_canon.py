@@ -36,6 +36,7 @@ def read(path):
     assert magic == b"MTRC" and version == 1 and flags & ~1 == 0, "not an uncompressed .mlyze v1"
     meta = json.loads(b[256:256 + meta_len])
     o, t, allocs, n = 256 + meta_len, start, [], 0
+    rate = meta.get("rate")     # until a rate marker names another
     while o < len(b):
         typ = b[o]
         d, o = varint(b, o + 1)
@@ -47,14 +48,17 @@ def read(path):
             sid, o = varint(b, o)
             thread = struct.unpack_from("<H", b, o)[0]
             o += 2
-            allocs.append((addr, size, thread, sid, t))
+            allocs.append((addr, size, thread, sid, t, rate))
         elif typ == 1:
             o += 8
         elif typ == 2:
             _, o = varint(b, o)
             _, o = varint(b, o)
         elif typ == 3:
-            _, o = varint(b, o)
+            fid, o = varint(b, o)
+            name = meta["functions"].get(str(fid), "")
+            if name.startswith("memlyze:rate "):
+                rate = int(name.split()[-1])
         else:
             ln, o = varint(b, o)
             o += ln
@@ -86,8 +90,8 @@ def main():
                                                            n, len(allocs)))
         return
     funcs = re.compile(a[a.index("--funcs") + 1]) if "--funcs" in a else None
-    lines = sorted("0x%x %d %d | %s" % (addr, size, th, frames(meta, sid, funcs))
-                   for (addr, size, th, sid, _) in allocs)
+    lines = sorted("0x%x %d %d rate %s | %s" % (addr, size, th, rate, frames(meta, sid, funcs))
+                   for (addr, size, th, sid, _, rate) in allocs)
     sys.stdout.write("".join(l + "\n" for l in lines))
 
 

@@ -70,7 +70,7 @@ int main(int argc, char **argv)
     F(version) F(size) F(ready_addr) F(attached_addr) F(rate_addr) F(pid_addr) F(mono_to_real_addr)
     F(session_addr) F(map_slots_addr) F(map_mask_addr) F(stack_recs_addr) F(stack_frames_addr)
     F(stack_next_id_addr) F(counters_addr) F(counter_names_addr) F(entry_size) F(entry_key)
-    F(entry_size_field) F(entry_stack_id) F(entry_tid) F(entry_time_ns) F(entry_seq) F(entry_check)
+    F(entry_size_field) F(entry_stack_id) F(entry_tid_shift) F(entry_time_ns) F(entry_seq) F(entry_check)
     F(check_algorithm) F(rec_size) F(rec_ready) F(rec_depth) F(rec_frames_offset) F(max_frames)
     F(ncounters) F(map_log2_min) F(map_log2_max) F(entry_size_min) F(record_size_max) F(counters_max)
     return 0;
@@ -203,6 +203,25 @@ python3 "$CANON" "$T/gs.mlyze" --funcs '^(site_|churn$|main$)' > "$T/gs.canon"
 python3 "$CANON" "$T/cs.mlyze" --funcs '^(site_|churn$|main$)' > "$T/cs.canon"
 check "sampled: same samples and stacks as memlyze snapshot PID" bash -c "[ -s '$T/gs.canon' ] && diff '$T/gs.canon' '$T/cs.canon'"
 check "sampled: top shows 95% intervals" bash -c "grep -q '^   1  .* ± ' <<<\"\$0\"" "$out"
+stop_holder
+
+# 3b. A rate the churn overloads (16 B, 8 threads): the payload raises it.
+# Both writers give each sample the rate it was taken at (a rate MARKER
+# before it), the same for every sample.
+start_holder raised 16 MEMLYZE_MODE=got
+for _ in $(seq 20); do
+    G -p "$HPID" -ex "source $GDBPY" -ex 'memlyze status' | grep -q ' rate_shift [1-9]' && break
+    sleep 0.5
+done
+out=$(G -p "$HPID" -ex "source $GDBPY" -ex "memlyze snapshot $T/gr.mlyze" \
+      -ex "shell '$MEMLYZE' snapshot -q -o '$T/cr.mlyze' $HPID" -ex 'memlyze status')
+python3 "$CANON" "$T/gr.mlyze" --funcs '^(site_|churn$|main$)' > "$T/gr.canon"
+python3 "$CANON" "$T/cr.mlyze" --funcs '^(site_|churn$|main$)' > "$T/cr.canon"
+check "raised rate: the payload raised it" bash -c "grep -q ' rate_shift [1-9]' <<<\"\$0\"" "$out"
+check "raised rate: samples taken after it carry it" grep -qv ' rate 16 |' "$T/gr.canon"
+check "raised rate: gdb and memlyze snapshot PID agree, rates included" \
+    bash -c "[ -s '$T/gr.canon' ] && diff '$T/gr.canon' '$T/cr.canon'"
+check "raised rate: the gdb snapshot validates" "$MEMLYZE" validate "$T/gr.mlyze"
 stop_holder
 
 # 4. One-line errors.

@@ -42,4 +42,37 @@ for n in 2 8; do
         check "$n threads: detach prints no loss line" bash -c "! grep -q 'events lost' '$T/detach$n.out'"
     fi
 done
+
+# Far past what can be written (8 threads at a 16-byte rate): the payload
+# raises its rate, for the rest of the session, instead of giving samples
+# up. The trace names each rate in a MARKER before the ALLOCs sampled at it
+# and stays true (live bytes = a snapshot's, no unmatched or lost frees);
+# the snapshot's entries carry their rate too; detach and the reports say it.
+start_target "raise" churn 8
+A -q -r 16 -o "$T/raise.mlyze" "$TP"
+sleep 3
+"$MEMLYZE" snapshot -q -o "$T/snapr.mlyze" "$TP"
+timeout 30 "$DETACH" -q "$TP" >"$T/detachr.out" 2>&1
+OTP=$TP; finish_target "raise"; cleanup_state "$OTP"
+"$MEMLYZE" stats "$T/raise.mlyze" >"$T/raise.stats"
+"$MEMLYZE" top --json -n 1 "$T/raise.mlyze" >"$T/raise.json"
+"$MEMLYZE" top --json -n 1 "$T/snapr.mlyze" >"$T/snapr.json"
+"$MEMLYZE" dump "$T/raise.mlyze" >"$T/raise.dump"
+"$MEMLYZE" dump "$T/snapr.mlyze" >"$T/snapr.dump"
+shift_final=$(awk '$1 == "rate_shift" { print $2 }' "$T/raise.stats")
+echo "raise: final shift ${shift_final:-none}; $(cat "$T/detachr.out")"
+check "raise: the payload raised its rate" test "${shift_final:-0}" -ge 1
+check "raise: detach says so" grep -q "sampling rate raised $((1 << ${shift_final:-0}))x" "$T/detachr.out"
+check "raise: stats' rate line says so" grep -q '^sampling rate: .*raised up to' "$T/raise.stats"
+markers=$(grep -c '^marker' "$T/raise.dump")
+check "raise: the trace names the rates in markers ($markers)" test "$markers" -ge $((shift_final + 2))
+check "raise: no FREE lost" grep -Eq '^ +frees_lost +0$' "$T/raise.stats"
+check "raise: no unmatched frees" bash -c "! grep -q '^unmatched frees' '$T/raise.stats'"
+check "raise: the snapshot marks its samples' rate" test "$(grep -c '^marker' "$T/snapr.dump")" -ge 2
+check "raise: the snapshot validates" "$MEMLYZE" validate "$T/snapr.mlyze"
+tl=$(json_num "$T/raise.json" live_bytes); sl=$(json_num "$T/snapr.json" live_bytes)
+tci=$(json_num "$T/raise.json" live_bytes_ci95); sci=$(json_num "$T/snapr.json" live_bytes_ci95)
+check "raise: trace's live bytes = snapshot's ($tl ± $tci vs $sl ± $sci)" python3 -c \
+    "import sys; t, s, a, b = map(float, sys.argv[1:]); sys.exit(abs(t - s) > 1.5 * (a * a + b * b) ** 0.5)" \
+    "$tl" "$sl" "$tci" "$sci"
 finish

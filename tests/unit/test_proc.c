@@ -168,7 +168,7 @@ static void test_info_readable(void)
 {
     struct memlyze_info ok = { .magic = MEMLYZE_INFO_MAGIC, .version = MEMLYZE_INFO_VERSION,
                                .size = sizeof ok, .entry_size = 64, .entry_key = 0, .entry_size_field = 8,
-                               .entry_stack_id = 16, .entry_tid = 20, .entry_time_ns = 24, .entry_seq = 32,
+                               .entry_stack_id = 16, .entry_tid_shift = 20, .entry_time_ns = 24, .entry_seq = 32,
                                .entry_check = 40, .check_algorithm = MEMLYZE_CHECK_ALGORITHM, .rec_size = 16,
                                .rec_ready = 0, .rec_depth = 4, .rec_frames_offset = 8, .ncounters = 8,
                                .map_log2_max = MEMLYZE_MAP_LOG2_MAX };
