@@ -4,11 +4,14 @@
  * Each thread that samples claims a ring (single producer: that thread;
  * single consumer: the drain thread). Pushing is two relaxed loads, a copy
  * and a release store. When the ring is full:
- *   - a sampled ALLOC is given up (the caller cancels the sample, so no
- *     FREE will ever name it) and counted: the thread does not wait;
- *   - a FREE, and in exact mode every event, waits for the drain thread,
- *     yielding, for at most PUSH_WAIT_NS. A FREE lost after that is
- *     counted (frees_lost): the one loss that leaves a phantom object.
+ *   - the thread waits for the drain thread, yielding: a FREE, and in
+ *     exact mode every event, for at most PUSH_WAIT_NS; a sampled ALLOC
+ *     for ALLOC_WAIT_NS, the time a few rate raises take (in sampled mode
+ *     a wait makes the drain thread raise the rate: raise_rate_if_behind);
+ *   - an ALLOC still without room is given up (the caller cancels the
+ *     sample, so no FREE will ever name it) and counted (ring_drops); a
+ *     FREE is counted as lost (frees_lost): the one loss that leaves a
+ *     phantom object.
  * The drain thread wakes sooner while rings fill up, and at once when one
  * is half full, so waits stay rare.
  *
@@ -49,7 +52,9 @@
 #define MAX_RINGS 1024
 #define DRAIN_PERIOD_NS (10 * 1000 * 1000)      /* sampled mode, rings quiet */
 #define DRAIN_BUSY_NS   (1000 * 1000)           /* exact mode, or rings filling */
-#define PUSH_WAIT_NS    (1000ull * 1000 * 1000) /* longest wait for room in a ring */
+#define PUSH_WAIT_NS    (1000ull * 1000 * 1000) /* longest wait for room: a FREE, or exact mode */
+#define RAISE_GAP_NS    (5ull * 1000 * 1000)    /* shortest time between two rate raises */
+#define ALLOC_WAIT_NS   (4 * RAISE_GAP_NS)      /* longest wait of a sampled ALLOC */
 
 typedef struct mlz_ring {
     _Alignas(64) _Atomic uint64_t head;   /* written by the owner */
@@ -211,10 +216,10 @@ static MLZ_COLD MLZ_NOINLINE void wake_drain(void)
     syscall(SYS_futex, &flush_wake, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
 }
 
-/* Yields until the drain thread made room, for PUSH_WAIT_NS at most. A
+/* Yields until the drain thread made room, for limit_ns at most. A
  * child of _Fork or clone (no atfork handler ran) has no drain thread:
  * it never waits. 1 = room now. */
-static MLZ_COLD MLZ_NOINLINE int wait_for_room(mlz_ring *r, uint64_t h)
+static MLZ_COLD MLZ_NOINLINE int wait_for_room(mlz_ring *r, uint64_t h, uint64_t limit_ns)
 {
     if (!atomic_load_explicit(&drain_running, memory_order_relaxed) ||
         (pid_t)syscall(SYS_getpid) != mlz__g.pid)
@@ -231,7 +236,7 @@ static MLZ_COLD MLZ_NOINLINE int wait_for_room(mlz_ring *r, uint64_t h)
             nanosleep(&ts, NULL);
         }
         if (ring_fill(r, h) <= r->mask) return 1;
-        if (i % 16 == 0 && mlz__now_ns() - t0 > PUSH_WAIT_NS) return 0;
+        if (i % 16 == 0 && mlz__now_ns() - t0 > limit_ns) return 0;
     }
 }
 
@@ -240,9 +245,9 @@ int mlz__push(enum mlz_rec_kind kind, uint64_t ts_ns, uint64_t addr, uint64_t si
 {
     mlz_tls *t = &mlz__tls;
     mlz_ring *r = my_ring(t);
-    /* Waiting is for events whose loss would falsify the trace: a FREE
+    /* Long waits are for events whose loss would falsify the trace: a FREE
      * (its object would live on), and every event in exact mode. */
-    int must = kind == MLZ_REC_FREE || mlz__g.rate <= 1;
+    uint64_t limit = kind == MLZ_REC_FREE || mlz__g.rate <= 1 ? PUSH_WAIT_NS : ALLOC_WAIT_NS;
     if (mlz_unlikely(!r)) {
         atomic_fetch_add_explicit(kind == MLZ_REC_FREE ? &mlz__g.c.frees_lost : &mlz__g.c.no_ring, 1,
                                   memory_order_relaxed);
@@ -254,7 +259,7 @@ int mlz__push(enum mlz_rec_kind kind, uint64_t ts_ns, uint64_t addr, uint64_t si
      * so that small rings do not make this thread wait. One system call per
      * half ring, only while events come faster than one period drains. */
     if (mlz_unlikely(fill == (r->mask >> 1) + 1)) wake_drain();
-    if (mlz_unlikely(fill > r->mask) && (!must || !wait_for_room(r, h))) {
+    if (mlz_unlikely(fill > r->mask) && !wait_for_room(r, h, limit)) {
         atomic_fetch_add_explicit(kind == MLZ_REC_FREE ? &mlz__g.c.frees_lost : &mlz__g.c.ring_drops, 1,
                                   memory_order_relaxed);
         return 0;
@@ -505,7 +510,6 @@ static void check_disk_floor(void)
  * new rate before the next look, and at most MEMLYZE_RATE_SHIFT_MAX times.
  * Exact mode never raises: every allocation is what was asked for, so its
  * threads wait instead. */
-#define RAISE_GAP_NS (20ull * 1000 * 1000)
 static uint64_t trouble_seen, raised_at;
 
 static void raise_rate_if_behind(uint64_t now)
