@@ -346,12 +346,17 @@ static void add_global_roots(dump *d)
 }
 
 /* Per stopped thread: its stack from below the red zone to the top of its
- * mapping, its registers, and the static TLS below its thread pointer. */
+ * mapping, its registers, and the static TLS below its thread pointer. The
+ * payload's drain thread is the profiler's, not the program's: its stack
+ * keeps copies of the records it last wrote, the addresses of objects just
+ * allocated, which would pass for the program's references to them. */
 static void add_thread_roots(dump *d)
 {
     for (int t = 0; t < d->g.n; t++) {
         if (d->g.t[t].state == MLZ_T_GONE) continue;
         pid_t tid = d->g.t[t].tid;
+        char name[64];
+        if (!strcmp(mlz__thread_name(d->pid, tid, name, sizeof name), MEMLYZE_DRAIN_THREAD_NAME)) continue;
         struct user_regs_struct *regs = &d->regs[t];
         *regs = d->g.t[t].regs;
         uint64_t sp = (regs->rsp - RED_ZONE) & ~7ull;

@@ -35,6 +35,9 @@ out=$("$MEMLYZE" heapdump -o "$T/d1.arc" "$GPID" 2>&1)
 check "heapdump writes the dump and its snapshot" test -s "$T/d1.arc" -a -s "$T/d1.mlyze"
 check "heapdump prints the pause" bash -c "printf '%s' '$out' | grep -q 'target paused [0-9.]* ms'"
 check "dump valid (memlyze validate)" "$MEMLYZE" validate "$T/d1.arc" "$T/d1.mlyze"
+# Roots: the program's two threads (main, holder), not the payload's drain thread.
+check "roots: the stacks of the program's 2 threads, not the profiler's" bash -c "'$MEMLYZE' dump '$T/d1.mlyze' |
+    grep -o '\"kind\":\"stack\"' | wc -l | grep -qx 2"
 python3 "$ARC/arc_decode.py" "$T/d1.arc" > "$T/d1.json"
 check "independent decoder reads the dump" grep -q '"objects"' "$T/d1.json"
 check "snapshot names the dump and its id" bash -c "'$MEMLYZE' dump '$T/d1.mlyze' | grep -q '\"heapdump\":{\"id\":\"[0-9a-f]\{16\}\",\"arc\":\"d1.arc\"'"
