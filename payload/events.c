@@ -684,7 +684,6 @@ static void write_counters(uint64_t t_us)
     C("disk_low_stops", mlz__g.c.disk_low_stops);
     C("ring_waits", mlz__g.c.ring_waits);
     C("rate_shift", mlz__g.c.rate_shift);
-    C("rate_final", mlz__g.rate << mlz__g.c.rate_shift);
     C("map_capacity", mlz__g.map.mask + 1);
     C("map_inserts", mlz__g.map.inserts);
     C("map_removes", mlz__g.map.removes);

@@ -66,7 +66,7 @@ static int run(int argc, char **argv)
         json_object_foreach(ctr, k, v) printf("  %-26s %lld\n", k, (long long)json_integer_value(v));
     }
     char loss[256];
-    if (mlz_loss_describe(ctr, loss, sizeof loss)) printf("warning:         %s\n", loss);
+    if (mlz_loss_describe(ctr, p.rate, loss, sizeof loss)) printf("warning:         %s\n", loss);
     if (p.unmatched_frees) printf("unmatched frees: %llu (of allocations not recorded)\n", (unsigned long long)p.unmatched_frees);
     cli_unload(r, &p);
     return 0;

@@ -168,7 +168,7 @@ static void print_header(const top_args *a, const prof *p, const top_rank *t)
     printf(" in ~%.0f objects; sampling %s; %llu samples, %llu live\n", p->live_count.value, rate,
            (unsigned long long)t->total_samples, (unsigned long long)p->live_samples);
     char loss[256];
-    if (mlz_loss_describe(json_object_get(p->meta->root, "counters"), loss, sizeof loss))
+    if (mlz_loss_describe(json_object_get(p->meta->root, "counters"), p->rate, loss, sizeof loss))
         printf("warning: %s\n", loss);
     if (p->rate > 1 && p->live_samples < 100 && g_by == &orders[0])
         printf("warning: only %llu live samples; estimates are rough (use a lower --rate or a longer run)\n",

@@ -12,7 +12,7 @@ static unsigned long long counter(const json_t *c, const char *name)
     return json_is_integer(v) ? (unsigned long long)json_integer_value(v) : 0;
 }
 
-int mlz_loss_describe(const json_t *counters, char *buf, size_t len)
+int mlz_loss_describe(const json_t *counters, uint64_t rate, char *buf, size_t len)
 {
     if (len) buf[0] = 0;
     if (!json_is_object(counters)) return 0;
@@ -31,7 +31,7 @@ int mlz_loss_describe(const json_t *counters, char *buf, size_t len)
     if (shift)
         snprintf(raised, sizeof raised, "%ssampling rate raised %llux, to %llu bytes, to keep up with the program "
                  "(estimates stay unbiased, their intervals wider)", given_up || frees || *disk ? "; " : "",
-                 1ull << (shift < 63 ? shift : 63), counter(counters, "rate_final"));
+                 1ull << (shift < 63 ? shift : 63), (unsigned long long)rate << (shift < 63 ? shift : 63));
     if (!given_up && !frees && !*disk && !shift) return 0;
     if (!given_up && !frees)
         snprintf(buf, len, "%s%s%s", *disk ? "recording incomplete" : "", disk, raised);
@@ -48,7 +48,7 @@ int mlz_loss_of_file(const char *path, char *buf, size_t len)
     mlz_reader *r = mlz_reader_open(path, 0, &e);
     if (!r) return 0;
     const mlz_meta *m = mlz_reader_meta(r);
-    int lost = m && m->root ? mlz_loss_describe(json_object_get(m->root, "counters"), buf, len) : 0;
+    int lost = m && m->root ? mlz_loss_describe(json_object_get(m->root, "counters"), m->rate, buf, len) : 0;
     mlz_reader_close(r);
     return lost;
 }

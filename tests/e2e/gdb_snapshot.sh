@@ -222,6 +222,9 @@ check "raised rate: samples taken after it carry it" grep -qv ' rate 16 |' "$T/g
 check "raised rate: gdb and memlyze snapshot PID agree, rates included" \
     bash -c "[ -s '$T/gr.canon' ] && diff '$T/gr.canon' '$T/cr.canon'"
 check "raised rate: the gdb snapshot validates" "$MEMLYZE" validate "$T/gr.mlyze"
+shift=$(grep -o ' rate_shift [0-9]*' <<<"$out" | awk '{ print $2 }')
+check "raised rate: top of the gdb snapshot says to which rate ($((16 << ${shift:-0})) bytes)" \
+    bash -c "'$MEMLYZE' top '$T/gr.mlyze' | grep -q 'sampling rate raised $((1 << ${shift:-0}))x, to $((16 << ${shift:-0})) bytes'"
 stop_holder
 
 # 4. One-line errors.
