@@ -101,9 +101,8 @@ int mlz_live_sort_by_birth(mlz_live_obj **v, size_t n, uint64_t mono2real)
     unsigned ib = 0, tb = 0;
     while (ib < 32 && (n - 1) >> ib) ib++;
     while (tb < 64 && hi >> tb) tb++;
-    uint32_t *order = (uint32_t *)b;   /* the index of the k-th oldest entry */
     if (n && ib + tb > 64) {
-        if (sort_pairs(*v, n, mono2real, order)) { free(a); free(b); return -1; }
+        if (sort_pairs(*v, n, mono2real, (uint32_t *)b)) { free(a); free(b); return -1; }
     } else {
         uint64_t imask = ib ? (1ull << ib) - 1 : 0;
         for (size_t i = 0; i < n; i++) a[i] = a[i] << ib | i;
@@ -114,9 +113,10 @@ int mlz_live_sort_by_birth(mlz_live_obj **v, size_t n, uint64_t mono2real)
             for (size_t i = 0; i < n; i++) b[count[(a[i] >> shift) & 2047]++] = a[i];
             uint64_t *x = a; a = b; b = x;
         }
-        order = (uint32_t *)b;   /* a holds the sorted keys; b is free to take the order */
-        for (size_t i = 0; i < n; i++) order[i] = (uint32_t)(a[i] & imask);
+        /* a holds the sorted keys; b is free to take the order */
+        for (size_t i = 0; i < n; i++) ((uint32_t *)b)[i] = (uint32_t)(a[i] & imask);
     }
+    const uint32_t *order = (const uint32_t *)b;   /* the index of the k-th oldest entry */
     snap_obj *out = big_alloc(n * sizeof *out);
     if (!out) { free(a); free(b); return -1; }
     for (size_t i = 0; i < n; i++) out[i] = (*v)[order[i]];

@@ -240,8 +240,7 @@ static MLZ_COLD MLZ_NOINLINE int wait_for_room(mlz_ring *r, uint64_t h, uint64_t
     }
 }
 
-int mlz__push(enum mlz_rec_kind kind, uint64_t ts_ns, uint64_t addr, uint64_t size, uint32_t stack_id,
-              unsigned rate_shift)
+int mlz__push(enum mlz_rec_kind kind, uint64_t ts_ns, uint64_t addr, uint64_t size, uint32_t stack_id)
 {
     mlz_tls *t = &mlz__tls;
     mlz_ring *r = my_ring(t);
@@ -270,7 +269,7 @@ int mlz__push(enum mlz_rec_kind kind, uint64_t ts_ns, uint64_t addr, uint64_t si
     e->size = size;
     e->stack_id = stack_id;
     e->type = (uint8_t)kind;
-    e->rate_shift = (uint8_t)rate_shift;
+    e->rate_shift = (uint8_t)t->s.rate_shift;   /* the rate an ALLOC was sampled at */
     atomic_store_explicit(&r->head, h + 1, memory_order_release);
     return 1;
 }

@@ -105,7 +105,7 @@ static void record_alloc(mlz_tls *t, void *p, size_t n, uint64_t ts)
     uint64_t pcs[MLZ_MAX_FRAMES];
     unsigned depth = capture(t, pcs);
     uint32_t id = mlz_stacktab_intern(&mlz__g.stacks, pcs, depth);
-    if (!mlz__push(MLZ_REC_ALLOC, ts, (uint64_t)p, n, id, t->s.rate_shift)) {
+    if (!mlz__push(MLZ_REC_ALLOC, ts, (uint64_t)p, n, id)) {
         mlz_heapmap_cancel(&mlz__g.map, slot);
         return;
     }
@@ -167,7 +167,7 @@ static void record_free(void *p, const mlz_heap_entry *old)
     /* An insert that died during birth (time 0) may not have added its
      * counts yet: taking them out could hide another sample. */
     if (old->time_ns && mlz__g.rate > 1) mlz_bloom_remove(&mlz__g.bloom, (uint64_t)p);
-    if (mlz__push(MLZ_REC_FREE, mlz__now_ns(), (uint64_t)p, 0, 0, 0)) mlz__count_free();
+    if (mlz__push(MLZ_REC_FREE, mlz__now_ns(), (uint64_t)p, 0, 0)) mlz__count_free();
 }
 
 /* Sampled pointer (maybe) freed: remove before the real free, so the

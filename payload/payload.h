@@ -165,8 +165,7 @@ void mlz__atfork_child(void);        /* pthread_atfork child handler */
 /* events.c */
 /* 1 = recorded. 0 = not recorded (counted): the caller must act as if the
  * event had not happened to the profile (an ALLOC's sample is given up). */
-int  mlz__push(enum mlz_rec_kind kind, uint64_t ts_ns, uint64_t addr, uint64_t size, uint32_t stack_id,
-               unsigned rate_shift);
+int  mlz__push(enum mlz_rec_kind kind, uint64_t ts_ns, uint64_t addr, uint64_t size, uint32_t stack_id);
 int  mlz__drain_start(void);         /* opens the spool, starts the thread */
 void mlz__drain_stop(void);          /* final drain, seals the spool */
 void mlz__drain_forget(void);        /* fork child: the thread is gone */

@@ -30,7 +30,6 @@ typedef struct builder {
     uint64_t first_us;
     int have_first;
     uint64_t live_bytes;
-    const mlz_meta *meta;
     ratetab rates;            /* the rate each ALLOC was sampled at */
 } builder;
 
@@ -151,7 +150,6 @@ int replay_plan_build(const char *path, int weighted, replay_plan *plan, char *e
         return errbuf_set(err, errlen, "out of memory");
     }
     b->p = plan;
-    b->meta = m;
     ratetab_init(&b->rates, plan->rate);
     plan->fd = memfd_create("memlyze-replay", MFD_CLOEXEC);
     if (plan->fd < 0 || !(b->out = fdopen(dup(plan->fd), "w"))) {
@@ -162,7 +160,7 @@ int replay_plan_build(const char *path, int weighted, replay_plan *plan, char *e
     int k;
     uint16_t cur = 0;
     while ((k = mlz_reader_next(r, &ev, &e)) > 0) {
-        if (ev.type == MLZ_EV_MARKER) ratetab_marker(&b->rates, b->meta, ev.name_id);
+        if (ev.type == MLZ_EV_MARKER) ratetab_marker(&b->rates, m, ev.name_id);
         /* Address 0: a failed allocation, or free(NULL): nothing to replay. */
         if ((ev.type != MLZ_EV_ALLOC && ev.type != MLZ_EV_FREE) || ev.addr == 0) continue;
         if (!b->have_first) b->first_us = ev.time_us, b->have_first = 1;
