@@ -32,10 +32,11 @@ secs() { local t0 t1; t0=$(date +%s.%N); "$@" >/dev/null; t1=$(date +%s.%N); ech
 convert() {
     "$M" convert --format lz4 -o "$T/$1.lz4" "$T/$1.v1"
     "$M" convert --format split -o "$T/$1.split" "$T/$1.v1"
+    "$M" convert --format split --level 19 -o "$T/$1.split19" "$T/$1.v1"
 }
 
 # heaptrack's output file for a command (it appends .zst or .gz)
-heaptrack_file() { ls "$T/$1".* 2>/dev/null | grep -v '\.v1$\|\.lz4$\|\.split$\|\.idx$' | head -1; }
+heaptrack_file() { ls "$T/$1".* 2>/dev/null | grep -v '\.v1$\|\.lz4$\|\.split$\|\.split19$\|\.idx$' | head -1; }
 
 redis_port() { echo $((20000 + RANDOM % 20000)); }
 # run_redis PREFIX... : redis-server under PREFIX, benchmark, clean shutdown
@@ -72,14 +73,16 @@ for w in churn redis; do
     row ".mlyze v1 raw" "$T/$w.v1" "$n"
     row ".mlyze v1 LZ4 blocks (-z)" "$T/$w.lz4" "$n"
     row ".mlyze split-stream (default)" "$T/$w.split" "$n"
+    row ".mlyze split-stream --level 19" "$T/$w.split19" "$n"
     meta=$("$M" dump "$T/$w.split" 2>/dev/null | head -2 | tail -1 | sed 's/.*stream_len=\([0-9]*\).*/\1/')
     printf '    (its event stream alone: %.2f bytes/event; the rest is the symbolized metadata)\n' \
         "$(echo "$meta / $n" | bc -l)"
     ht=$(heaptrack_file "$w.ht")
     if [ -n "$ht" ]; then
         row "heaptrack's file ($(basename "$ht" | sed 's/.*\.//'))" "$ht" "$n"
-        sp=$(size "$T/$w.split"); hs=$(size "$ht")
-        printf '  split / heaptrack: %.2f (goal < 1)\n' "$(echo "$sp / $hs" | bc -l)"
+        sp=$(size "$T/$w.split"); sp19=$(size "$T/$w.split19"); hs=$(size "$ht")
+        printf '  split / heaptrack: %.2f, at --level 19 %.2f (goal < 1)\n' \
+            "$(echo "$sp / $hs" | bc -l)" "$(echo "$sp19 / $hs" | bc -l)"
     else
         echo "  heaptrack: SKIP (not installed)"
     fi

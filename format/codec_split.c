@@ -176,14 +176,14 @@ const uint8_t *mlz_split_stream(const mlz_split_codec *c, int i, size_t *len)
     return c->s[i].p;
 }
 
-long mlz_split_meta_pack(const void *json, size_t len, uint8_t **out)
+long mlz_split_meta_pack(const void *json, size_t len, int level, uint8_t **out)
 {
     *out = NULL;
     if (!ZSTD_compress || len > MLZ_META_MAX) return -1;
     size_t cap = 4 + ZSTD_compressBound(len);
     uint8_t *o = malloc(cap);
     if (!o) return -1;
-    size_t n = ZSTD_compress(o + 4, cap - 4, json, len, MLZ_SPLIT_LEVEL);
+    size_t n = ZSTD_compress(o + 4, cap - 4, json, len, level);
     if (ZSTD_isError(n) || n > UINT32_MAX - 4) { free(o); return -1; }
     mlz_put_u32(o, mlz_split_crc(o + 4, n));
     *out = o;

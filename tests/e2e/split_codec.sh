@@ -24,6 +24,15 @@ check "convert: split -> v1 -> split byte-identical" cmp "$T/d.mlyze" "$T/d2.spl
 "$MEMLYZE" convert --format lz4 -o "$T/d.lz4" "$T/d2.split"
 "$MEMLYZE" convert --format v1 -o "$T/d3.v1" "$T/d.lz4"
 check "convert: via lz4 byte-identical too" cmp "$T/d.v1" "$T/d3.v1"
+# --level trades time for size; every level reads back to the same events.
+"$MEMLYZE" convert --format split --level 1 -o "$T/l1.split" "$T/d.v1"
+"$MEMLYZE" convert --format split --level 19 -o "$T/l19.split" "$T/d.v1"
+s1=$(stat -c %s "$T/l1.split"); s9=$(stat -c %s "$T/d2.split"); s19=$(stat -c %s "$T/l19.split")
+check "convert --level: 19 < default (9) < 1 in size ($s19 < $s9 < $s1)" test "$s19" -lt "$s9" -a "$s9" -lt "$s1"
+"$MEMLYZE" convert --format v1 -o "$T/l19.v1" "$T/l19.split"
+check "convert --level 19: back to v1 byte-identical" cmp "$T/d.v1" "$T/l19.v1"
+check "convert --level: out of 1..19 is a usage error" bash -c "'$MEMLYZE' convert --format split --level 20 -o '$T/x' '$T/d.v1' 2>/dev/null; test \$? = 2"
+check "convert --level: only for split" bash -c "'$MEMLYZE' convert --format lz4 --level 3 -o '$T/x' '$T/d.v1' 2>/dev/null; test \$? = 2 && ! test -e '$T/x'"
 v1=$(stat -c %s "$T/d.v1"); sp=$(stat -c %s "$T/d.mlyze")
 check "split at least 5x smaller than v1 on the churn ($sp vs $v1 bytes)" test $((sp * 5)) -lt "$v1"
 check "convert: same dump as v1 apart from the header" bash -c \

@@ -492,7 +492,7 @@ static void test_every_truncation_and_bit_flip(void)
 static void test_metadata_frame(void)
 {
     uint8_t *z;
-    long n = mlz_split_meta_pack(META, sizeof META - 1, &z);
+    long n = mlz_split_meta_pack(META, sizeof META - 1, MLZ_SPLIT_LEVEL, &z);
     REQUIRE(n > 0);
     char *j, why[160];
     size_t jl;
@@ -501,7 +501,7 @@ static void test_metadata_frame(void)
     free(j);
     /* Empty metadata is a frame too. */
     uint8_t *z0;
-    long n0 = mlz_split_meta_pack("", 0, &z0);
+    long n0 = mlz_split_meta_pack("", 0, MLZ_SPLIT_LEVEL, &z0);
     REQUIRE(n0 > 0);
     CHECK(mlz_split_meta_unpack(z0, (size_t)n0, &j, &jl, why, sizeof why) == 0 && jl == 0);
     free(j);
