@@ -50,7 +50,7 @@ typedef struct mlz_heap_entry {
     uint32_t stack_id;
     uint32_t tid;
     uint64_t time_ns;   /* CLOCK_MONOTONIC at birth */
-    uint64_t seq;       /* global birth sequence number */
+    uint64_t seq;       /* birth number in its thread: with tid, one birth */
     uint64_t check;
     uint64_t pad;
 } mlz_heap_entry;

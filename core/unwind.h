@@ -156,7 +156,9 @@ unsigned mlz_unwind_dwarf_from(uint64_t *pcs, unsigned max,
 void mlz_unwind_regs_from_ucontext(mlz_unwind_regs *r, const void *uc);
 
 /* Why DWARF walks ended, and how often the fallbacks ran; process-wide
- * relaxed counters (one increment per walk, plus one per fallback frame). */
+ * relaxed counters (one increment per walk, plus one per fallback frame).
+ * Cached walks (mlz_unwind_dwarf_cached) count only failures and fallbacks:
+ * their cache counts hits and misses. */
 typedef struct mlz_unwind_stats {
     uint64_t walks;        /* DWARF walks started */
     uint64_t outermost;    /* reached an undefined return address (complete) */

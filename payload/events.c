@@ -550,6 +550,7 @@ static void *drain_main(void *arg)
         uint64_t fr = atomic_load(&flush_req);   /* before d: covers what was pushed */
         if (atomic_load(&drain_gen) != gen) break;   /* detached while asleep: its memory may be gone */
         if (mlz_modtab_changed()) mlz_modtab_refresh();
+        mlz_clock_tick(&mlz__g.clock);
         uint64_t d = mlz__now_ns();
         write_modules(to_us(d));
         write_note(to_us(d));

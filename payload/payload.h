@@ -15,6 +15,7 @@
 #include <sys/types.h>
 
 #include "bloom.h"
+#include "clock.h"
 #include "heapmap.h"
 #include "sampler.h"
 #include "stacktab.h"
@@ -40,6 +41,7 @@ typedef struct mlz_tls {
     struct mlz_ring *ring;    /* this thread's event ring, claimed lazily */
     mlz_stack_cache stack;    /* stack bounds for the unwinders */
     int32_t tid;
+    uint64_t births;          /* this thread's samples so far: entries' seq */
     uint32_t in_named;        /* inside a named allocator (hooks_named.c): its own
                                * allocations from the allocator below are not samples */
 } mlz_tls;
@@ -104,9 +106,10 @@ typedef struct mlz_global {
     int follow_fork;
     int coverage;                    /* GOT mode: write the blind-spot report */
     uint64_t self_lo, self_hi;       /* our own text: frames to drop */
+    int clock_gettime_only;          /* MEMLYZE_CLOCK=gettime: no TSC clock */
+    mlz_clock clock;                 /* every event's time (core/clock.h) */
     uint64_t mono_to_real_ns;        /* realtime = monotonic + this */
     uint64_t session;                /* realtime ns when this map was made */
-    _Atomic uint64_t seq;            /* birth sequence numbers */
     mlz_heapmap map;
     mlz_bloom bloom;
     mlz_stacktab stacks;
@@ -121,7 +124,7 @@ void mlz__config_from_env(void);
 void mlz__default_spool_path(void);
 int  mlz__init(void);                /* data structures, config; idempotent */
 void mlz__release(void);             /* gives the data structures back (detach) */
-uint64_t mlz__now_ns(void);
+static inline uint64_t mlz__now_ns(void) { return mlz_clock_now(&mlz__g.clock); }
 
 /* hooks.c: the functions GOT slots or the preload exports point at. */
 void *mlz_hook_malloc(size_t n);
