@@ -151,6 +151,13 @@ unsigned mlz_unwind_dwarf_from(uint64_t *pcs, unsigned max,
                                const mlz_unwind_regs *regs,
                                uint64_t stack_lo, uint64_t stack_hi);
 
+/* As mlz_unwind_dwarf_from, consulting and filling *cache, for a state at a
+ * return address (looked up at rip - 1, as a caller's frame is): the
+ * hooks' walk resumes at their caller's frame, found by frame pointers
+ * through our own frames (payload/hooks.c), with rip, rsp and rbp known. */
+unsigned mlz_unwind_dwarf_resume(uint64_t *pcs, unsigned max, const mlz_unwind_regs *regs,
+                                 uint64_t stack_lo, uint64_t stack_hi, mlz_unwind_cache *cache);
+
 /* Fill *r from a ucontext_t (the third argument of an SA_SIGINFO handler):
  * all 16 general registers and rip. */
 void mlz_unwind_regs_from_ucontext(mlz_unwind_regs *r, const void *uc);

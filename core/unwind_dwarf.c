@@ -1096,6 +1096,16 @@ __attribute__((noinline)) unsigned mlz_unwind_dwarf_cached(uint64_t *pcs, unsign
     return n;
 }
 
+unsigned mlz_unwind_dwarf_resume(uint64_t *pcs, unsigned max, const mlz_unwind_regs *regs,
+                                 uint64_t stack_lo, uint64_t stack_hi, mlz_unwind_cache *cache)
+{
+    mlz_unwind_regs r = *regs;
+    if (max == 0)
+        return 0;
+    bounds b = { stack_lo, stack_hi };
+    return dwarf_walk(pcs, max, 0, &r, 0, b, cache);
+}
+
 unsigned mlz_unwind_dwarf_from(uint64_t *pcs, unsigned max, const mlz_unwind_regs *regs,
                                uint64_t stack_lo, uint64_t stack_hi)
 {

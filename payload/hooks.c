@@ -68,6 +68,34 @@ static MLZ_COLD MLZ_NOINLINE void thread_init(mlz_tls *t)
     mlz_sampler_thread_init(&t->s, mlz__g.rate << t->s.rate_shift, seed);
 }
 
+/* The program's frame that called the hook, found by following frame
+ * pointers through ours: every function of the payload keeps them
+ * (-fno-omit-frame-pointer), so the first return address outside our code
+ * is the hook's, with the caller's sp just above it and its rbp saved
+ * below. The DWARF walk starts there instead of stepping through our three
+ * or four frames, half of exact mode's walk. rbx and r12-r15 stay unknown:
+ * CFA rules of compiled code use sp or rbp (a rule needing another register
+ * ends the walk). 0 when in doubt (a frame outside the stack, a chain that
+ * does not rise): the caller then walks the whole way. */
+static int program_frame(uint64_t hi, mlz_unwind_regs *r)
+{
+    uint64_t fp = (uint64_t)(uintptr_t)__builtin_frame_address(0), lo = fp;
+    for (int i = 0; i < 8; i++) {
+        if (fp < lo || hi < 16 || fp > hi - 16 || (fp & 7)) return 0;
+        uint64_t next = ((const uint64_t *)(uintptr_t)fp)[0], ra = ((const uint64_t *)(uintptr_t)fp)[1];
+        if (ra < mlz__g.self_lo || ra >= mlz__g.self_hi) {
+            r->reg[MLZ_REG_RIP] = ra;
+            r->reg[MLZ_REG_RSP] = fp + 16;
+            r->reg[MLZ_REG_RBP] = next;
+            r->valid = 1u << MLZ_REG_RIP | 1u << MLZ_REG_RSP | 1u << MLZ_REG_RBP;
+            return 1;
+        }
+        if (next <= fp) return 0;
+        fp = next;
+    }
+    return 0;
+}
+
 /* Captures the caller's stack, our own frames dropped. */
 static unsigned capture(mlz_tls *t, uint64_t *pcs)
 {
@@ -75,9 +103,13 @@ static unsigned capture(mlz_tls *t, uint64_t *pcs)
     uint64_t raw[MLZ_MAX_FRAMES + 8];
     unsigned n;
     mlz_unwind_cache *cache;
+    mlz_unwind_regs r;
     if (mlz__g.unwinder == MLZ_UNWIND_FP)
         n = mlz_unwind_fp_bounded(raw, MLZ_MAX_FRAMES + 8, 0, hi);
-    else if ((cache = mlz__unwind_cache()))
+    else if ((cache = mlz__unwind_cache()) && program_frame(hi, &r))
+        n = mlz_unwind_dwarf_resume(raw, MLZ_MAX_FRAMES + 8, &r,
+                                    (uint64_t)(uintptr_t)__builtin_frame_address(0), hi, cache);
+    else if (cache)
         n = mlz_unwind_dwarf_cached(raw, MLZ_MAX_FRAMES + 8, 0, hi, cache);
     else
         n = mlz_unwind_dwarf_bounded(raw, MLZ_MAX_FRAMES + 8, 0, hi);

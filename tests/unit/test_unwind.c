@@ -312,6 +312,51 @@ static void test_chain(void)
     }
 }
 
+/* ---- (a2) resuming at a caller's frame found by frame pointers ---- */
+
+static uint64_t g_rs[2][MAXF];
+static unsigned g_nrs[2];
+static mlz_unwind_cache g_rcache;
+
+/* What the payload's hooks do: the caller's rip, rsp and rbp from our frame
+ * record, rbx and r12-r15 unknown; the cached walk from there. */
+NOI static void resume_r3(void)
+{
+    uint64_t hi = main_hi(), fp = (uint64_t)(uintptr_t)__builtin_frame_address(0);
+    mlz_unwind_regs r;
+    memset(&r, 0, sizeof r);
+    r.reg[MLZ_REG_RIP] = ((uint64_t *)(uintptr_t)fp)[1];
+    r.reg[MLZ_REG_RSP] = fp + 16;
+    r.reg[MLZ_REG_RBP] = ((uint64_t *)(uintptr_t)fp)[0];
+    r.valid = 1u << MLZ_REG_RIP | 1u << MLZ_REG_RSP | 1u << MLZ_REG_RBP;
+    g_ndw = mlz_unwind_dwarf_bounded(g_dw, MAXF, 0, hi);
+    for (int k = 0; k < 2; k++)          /* cold cache, then warm */
+        g_nrs[k] = mlz_unwind_dwarf_resume(g_rs[k], MAXF, &r, fp, hi, &g_rcache);
+    g_sink++;
+}
+
+NOI static void resume_r2(void) { resume_r3(); g_sink++; }
+NOI static void resume_r1(void) { resume_r2(); g_sink++; }
+
+/* The same frames as the whole walk, minus the first, through glibc's
+ * start-up code to _start, with the cache cold and warm. */
+static void test_resume(void)
+{
+    static const char *const want[] = { "resume_r2", "resume_r1", "test_resume", "main", NULL };
+    REQUIRE(mlz_modtab_refresh() == 0);
+    sym_refresh();
+    memset(&g_rcache, 0, sizeof g_rcache);
+    resume_r1();
+    for (int k = 0; k < 2; k++) {
+        CHECK(in_order(g_rs[k], g_nrs[k], want, 1));
+        CHECK(g_nrs[k] > 0 && find_frame(g_rs[k], g_nrs[k], 0, "_start") == (int)g_nrs[k] - 1);
+        REQUIRE(g_nrs[k] + 1 == g_ndw);
+        for (unsigned i = 0; i < g_nrs[k]; i++) CHECK_EQ_U64(g_rs[k][i], g_dw[i + 1]);
+    }
+    CHECK(g_rcache.hits > 0);
+    CHECK_EQ_U64(mlz_unwind_dwarf_resume(g_rs[0], 0, &(mlz_unwind_regs){ 0 }, 0, 0, NULL), 0);
+}
+
 NOI static void skip_inner(void)
 {
     g_ndw = mlz_unwind_dwarf_bounded(g_dw, MAXF, 2, main_hi());
@@ -1027,6 +1072,7 @@ int main(int argc, char **argv)
     RUN(test_modtab);
     RUN(test_modtab_concurrent);
     RUN(test_chain);
+    RUN(test_resume);
     RUN(test_skip_and_max);
     RUN(test_shared_lib);
     RUN(test_stale_modtab);
