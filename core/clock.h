@@ -70,7 +70,8 @@ static inline uint64_t mlz_clock_now(mlz_clock *c)
 
 /* Zeroes *c and, if the kernel's clocksource is the TSC, takes the first
  * calibration pair. Raw syscalls only (runs inside a target, maybe before
- * its malloc works). allow_tsc 0 keeps clock_gettime. */
+ * its malloc works). allow_tsc 0 keeps clock_gettime (what a machine
+ * without a TSC clocksource gets: the tests try it everywhere). */
 void mlz_clock_init(mlz_clock *c, int allow_tsc);
 
 /* From one thread at a time (the drain): calibrates once enough time has

@@ -106,7 +106,6 @@ typedef struct mlz_global {
     int follow_fork;
     int coverage;                    /* GOT mode: write the blind-spot report */
     uint64_t self_lo, self_hi;       /* our own text: frames to drop */
-    int clock_gettime_only;          /* MEMLYZE_CLOCK=gettime: no TSC clock */
     mlz_clock clock;                 /* every event's time (core/clock.h) */
     uint64_t mono_to_real_ns;        /* realtime = monotonic + this */
     uint64_t session;                /* realtime ns when this map was made */

@@ -87,7 +87,6 @@ void mlz__config_from_env(void)
     if ((v = getenv("MEMLYZE_UNWIND"))) mlz__g.unwinder = strcmp(v, "fp") == 0 ? MLZ_UNWIND_FP : MLZ_UNWIND_DWARF;
     if ((v = getenv("MEMLYZE_FOLLOW_FORK"))) mlz__g.follow_fork = v[0] == '1';
     if ((v = getenv("MEMLYZE_COVERAGE"))) mlz__g.coverage = v[0] == '1';
-    if ((v = getenv("MEMLYZE_CLOCK"))) mlz__g.clock_gettime_only = strcmp(v, "gettime") == 0;
     if ((v = getenv("MEMLYZE_SPOOL")) && *v) copy_str(mlz__g.spool_path, sizeof mlz__g.spool_path, v);
 }
 
@@ -109,7 +108,7 @@ int mlz__init(void)
 {
     if (mlz__g.ready) return 0;
     mlz__g.pid = (pid_t)syscall(SYS_getpid);
-    mlz_clock_init(&mlz__g.clock, !mlz__g.clock_gettime_only);
+    mlz_clock_init(&mlz__g.clock, 1);
     /* Exact mode records every allocation: a bigger live map. */
     unsigned log2 = mlz__g.rate <= 1 ? 20 : 16;
     const char *v = getenv("MEMLYZE_MAP_LOG2");

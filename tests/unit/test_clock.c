@@ -128,7 +128,7 @@ static void test_real_clock(void)
     }
     for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
     CHECK(!atomic_load(&going_back));
-    mlz_clock_init(&real, 0);                   /* MEMLYZE_CLOCK=gettime */
+    mlz_clock_init(&real, 0);                   /* as without a TSC clocksource */
     mlz_clock_tick(&real);
     CHECK_EQ_U64(atomic_load(&real.mult), 0);
 }
