@@ -570,6 +570,46 @@ static void test_concurrent(void)
  * packed over 1 MiB of heap, inserted and removed over and over, make at
  * most one map page per 8 KiB of heap resident (plus the pages probes spill
  * into), where a hash of the whole address made a page per block. */
+/* ---- counts striped by thread ---- */
+
+static mlz_heapmap g_sm;
+
+static void count_cb(const mlz_heap_entry *e, void *arg)
+{
+    (void)e;
+    ++*(uint64_t *)arg;
+}
+
+static void *stripe_worker(void *arg)
+{
+    uint64_t base = (uint64_t)(uintptr_t)arg;
+    for (uint64_t i = 0; i < 100; i++) insert(&g_sm, base + i * 64, i + 1, 1);
+    for (uint64_t i = 0; i < 40; i++) mlz_heapmap_remove(&g_sm, base + i * 64, NULL);
+    return NULL;
+}
+
+/* Two threads count on two stripes (their stacks are megabytes apart),
+ * and the sums are the totals. */
+static void test_striped_counts(void)
+{
+    REQUIRE(mlz_heapmap_init(&g_sm, 12) == 0);
+    pthread_t t[2];
+    for (int k = 0; k < 2; k++)
+        pthread_create(&t[k], NULL, stripe_worker, (void *)(uintptr_t)(0x7f0000200000ull + k * 0x100000ull));
+    for (int k = 0; k < 2; k++) pthread_join(t[k], NULL);
+    int used = 0;
+    for (int i = 0; i < MLZ_HEAPMAP_STRIPES; i++) used += atomic_load(&g_sm.stripes[i].inserts) != 0;
+    CHECK(used >= 2);
+    mlz_heapmap_counts c = mlz_heapmap_count(&g_sm);
+    CHECK_EQ_U64(c.inserts, 200);
+    CHECK_EQ_U64(c.removes, 80);
+    CHECK_EQ_U64(c.live, 120);
+    uint64_t seen = 0;
+    mlz_heapmap_foreach(&g_sm, count_cb, &seen);
+    CHECK_EQ_U64(seen, 120);
+    mlz_heapmap_destroy(&g_sm);
+}
+
 static void test_resident_follows_heap(void)
 {
     mlz_heapmap m;
@@ -605,6 +645,7 @@ int main(int argc, char **argv)
     RUN(test_full_table);
     RUN(test_tombstone_churn);
     RUN(test_resident_follows_heap);
+    RUN(test_striped_counts);
     RUN(test_entry_check);
     RUN(test_concurrent);
     CHECK_EXIT();
