@@ -78,8 +78,8 @@ mlz_heapmap_counts mlz_heapmap_count(const mlz_heapmap *m)
         c.inserts += atomic_load_explicit(&s->inserts, memory_order_relaxed);
         c.removes += atomic_load_explicit(&s->removes, memory_order_relaxed);
         c.tombstones_recycled += atomic_load_explicit(&s->tombstones_recycled, memory_order_relaxed);
-        c.live += atomic_load_explicit(&s->live, memory_order_relaxed);
     }
+    c.live = c.inserts - c.removes - atomic_load_explicit(&m->stale_ended, memory_order_relaxed);
     return c;
 }
 
@@ -110,6 +110,7 @@ int mlz_heapmap_init(mlz_heapmap *m, unsigned log2_cap)
     atomic_init(&m->full_drops, 0);
     atomic_init(&m->death_during_birth, 0);
     atomic_init(&m->stale_replaced, 0);
+    atomic_init(&m->stale_ended, 0);
     atomic_init(&m->max_probe, 0);
     memset(m->stripes, 0, sizeof m->stripes);
     return 0;
@@ -279,7 +280,7 @@ int64_t mlz_heapmap_reserve(mlz_heapmap *m, uint64_t ptr)
             /* malloc just returned ptr, so this entry's free went through a
              * path we did not see (e.g. before the GOT patch): it is stale. */
             int r = end_entry(e, ptr, NULL);
-            if (r == END_LIVE) atomic_fetch_sub_explicit(&my_stripe(m)->live, 1, memory_order_relaxed);
+            if (r == END_LIVE) stat_add(&m->stale_ended, 1);
             if (r != END_LOST) stat_add(&m->stale_replaced, 1);
             k = atomic_load_explicit(&e->key, memory_order_acquire);
         }
@@ -310,18 +311,14 @@ int mlz_heapmap_publish(mlz_heapmap *m, int64_t slot, uint64_t ptr, uint64_t siz
     FIELD_STORE(&e->seq, seq);
     FIELD_STORE(&e->check, mlz_heap_entry_check(ptr, size, stack_id, tid, time_ns, seq));
 
-    /* Count live first so a racing remove never makes the sum negative. */
-    mlz_heapmap_stripe *st = my_stripe(m);
-    stat_add(&st->live, 1);
     uint64_t k = MLZ_HEAP_RESERVED;
     /* release: publishes the fields above to every thread that acquires key == ptr. */
     if (atomic_compare_exchange_strong_explicit(&e->key, &k, ptr, memory_order_release,
                                                 memory_order_relaxed)) {
-        stat_add(&st->inserts, 1);
+        stat_add(&my_stripe(m)->inserts, 1);
         return 1;
     }
     /* key is TOMB: a remover killed the birth and left the slot to us. */
-    atomic_fetch_sub_explicit(&st->live, 1, memory_order_relaxed);
     /* release: key TOMB is visible to the next claimer before pending 0. */
     atomic_store_explicit(&e->pending, 0, memory_order_release);
     return 0;
@@ -373,12 +370,9 @@ int mlz_heapmap_remove(mlz_heapmap *m, uint64_t ptr, mlz_heap_entry *out_copy)
     mlz_heap_entry *e;
     for (uint64_t i = 0; (e = find_from(m, ptr, &i)); i++) {
         switch (end_entry(e, ptr, out_copy)) {
-        case END_LIVE: {
-            mlz_heapmap_stripe *st = my_stripe(m);
-            stat_add(&st->removes, 1);
-            atomic_fetch_sub_explicit(&st->live, 1, memory_order_relaxed);
+        case END_LIVE:
+            stat_add(&my_stripe(m)->removes, 1);
             return 1;
-        }
         case END_BIRTH:
             stat_add(&m->death_during_birth, 1);
             if (out_copy) {

@@ -60,13 +60,13 @@ _Static_assert(sizeof(mlz_heap_entry) == 64, "mlz_heap_entry must be one cache l
 /* The counts that every insert and remove makes, striped: a thread adds to
  * the stripe of its stack (thread stacks are 8 MiB apart by default), so
  * threads do not all bounce one cache line (that line cost exact mode at 8
- * threads 14%). Each sums over the stripes (mlz_heapmap_count). */
+ * threads 14%). Each sums over the stripes (mlz_heapmap_count), which
+ * also derives the live count from them. */
 #define MLZ_HEAPMAP_STRIPES 16
 typedef struct mlz_heapmap_stripe {
     _Alignas(MLZ_CACHELINE) _Atomic uint64_t inserts;  /* successful publishes */
     _Atomic uint64_t removes;             /* published entries removed by free */
     _Atomic uint64_t tombstones_recycled; /* reserve reused a TOMBSTONE */
-    _Atomic uint64_t live;                /* published and not removed (wraps: only the sum means anything) */
 } mlz_heapmap_stripe;
 
 typedef struct mlz_heapmap {
@@ -80,10 +80,12 @@ typedef struct mlz_heapmap {
     _Alignas(MLZ_CACHELINE) _Atomic uint64_t full_drops;  /* reserve found no free slot */
     _Atomic uint64_t death_during_birth;  /* freed while RESERVED */
     _Atomic uint64_t stale_replaced;      /* same pointer found live at reserve */
+    _Atomic uint64_t stale_ended;         /* ... of them published: ended there, not by a remove */
     mlz_heapmap_stripe stripes[MLZ_HEAPMAP_STRIPES];
 } mlz_heapmap;
 
-/* The stripes' counts summed (while threads run: approximate). */
+/* The stripes' counts summed; live = inserts - removes - stale_ended. Exact
+ * once no thread is inside the map; approximate while threads run. */
 typedef struct mlz_heapmap_counts {
     uint64_t inserts, removes, tombstones_recycled, live;
 } mlz_heapmap_counts;

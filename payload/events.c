@@ -501,9 +501,8 @@ static void check_disk_floor(void)
     mlz__err_line("memlyze: the spool's file system is almost full: new allocations are no longer recorded\n");
 }
 
-/* Overload: since the last round, a sampled ALLOC was given up or a FREE
- * had to wait for room, so events come faster than this thread writes
- * them. The sampling rate doubles for the rest of the session (threads
+/* Overload: since the last round, a push had to wait for room or was
+ * given up, so events come faster than this thread writes them. The sampling rate doubles for the rest of the session (threads
  * follow it through mlz_sampler_follow, which keeps the weights unbiased),
  * at most once per RAISE_GAP_NS so that threads take a sample each at the
  * new rate before the next look, and at most MEMLYZE_RATE_SHIFT_MAX times.
