@@ -429,6 +429,50 @@ static int parse_event(mlz_reader *r, const uint8_t *p, const uint8_t *end,
     return (int)n;
 }
 
+/* The longest ALLOC: type, four 10-byte varints at most, address, thread. */
+#define LONGEST_COMMON 41
+
+/* One varint of an event that surely lies inside the buffer: one-byte
+ * values inline; -1 (and parse_event decides) for any invalid encoding. */
+static inline int varint_in(const uint8_t **q, uint64_t *v)
+{
+    const uint8_t *p = *q;
+    if (p[0] < 0x80) { *v = p[0]; *q = p + 1; return 0; }
+    size_t used;
+    if (mlz_varint_get(p, p + MLZ_VARINT_MAX, v, &used) != MLZ_VARINT_OK) return -1;
+    *q = p + used;
+    return 0;
+}
+
+/* ALLOC and FREE, the events of almost every trace, when at least
+ * LONGEST_COMMON bytes are left: parse_event's checks without its bounds
+ * checks and its memset. Returns the length, or 0 for parse_event to take
+ * the event (another type, a bad varint, an unknown stack: it reports). */
+static inline int parse_common(const mlz_reader *r, const uint8_t *p, uint64_t off, mlz_event *ev)
+{
+    const uint8_t *q = p + 1;
+    uint64_t delta;
+    int t = p[0];
+    if ((t != MLZ_EV_ALLOC && t != MLZ_EV_FREE) || varint_in(&q, &delta)) return 0;
+    ev->type = t;
+    ev->delta_us = delta;
+    ev->offset = off;
+    ev->addr = mlz_get_u64(q);
+    q += 8;
+    if (t == MLZ_EV_ALLOC) {
+        if (varint_in(&q, &ev->size) || varint_in(&q, &ev->stack_id)) return 0;
+        ev->thread = mlz_get_u16(q);
+        q += 2;
+        if (r->spool ? !seen_has(r, ev->stack_id) : !mlz_meta_stack(&r->meta, ev->stack_id)) return 0;
+    } else {
+        ev->size = ev->stack_id = 0;
+        ev->thread = 0;
+    }
+    ev->objects = ev->bytes = ev->name_id = ev->len = 0;
+    ev->data = NULL;
+    return (int)(q - p);
+}
+
 /* Raw mode: keeps at least one whole event in the buffer when possible. */
 static int refill_raw(mlz_reader *r, mlz_error *err)
 {
@@ -746,7 +790,8 @@ static int next_event(mlz_reader *r, mlz_event *ev, mlz_error *err)
         }
         uint64_t off = lz4 ? r->block_off : r->buf_file_off + r->buf_pos;
         r->block_start = lz4 && r->buf_pos == 0;
-        int n = parse_event(r, r->buf + r->buf_pos, r->buf + r->buf_len, off, ev, err);
+        int n = r->buf_len - r->buf_pos >= LONGEST_COMMON ? parse_common(r, r->buf + r->buf_pos, off, ev) : 0;
+        if (n == 0) n = parse_event(r, r->buf + r->buf_pos, r->buf + r->buf_len, off, ev, err);
         if (n < 0) return -1;
         if (n > 0) {
             ev->enc_len = (uint32_t)n;

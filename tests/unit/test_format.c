@@ -387,6 +387,80 @@ static void test_each_rule(void)
     CHECK(read_all(path_of("rule.mlyze"), 0, &n, &e) == -1 && e.rule == MLZ_RULE_VERSION && e.offset == 4);
 }
 
+/* Writes a v1 file of META and the given event bytes (sealed: no). */
+static void write_events(const char *p, const uint8_t *ev, size_t n)
+{
+    static uint8_t f[4096];
+    size_t ml = sizeof META - 1;
+    memset(f, 0, 256);
+    memcpy(f, "MTRC", 4);
+    mlz_put_u32(f + 4, 1);
+    mlz_put_u32(f + 16, (uint32_t)ml);
+    memcpy(f + 256, META, ml);
+    memcpy(f + 256 + ml, ev, n);
+    write_bytes(p, f, 256 + ml + n);
+}
+
+/* The reader takes ALLOC and FREE by a shorter path when the buffer holds
+ * the longest ALLOC (41 bytes): the same fields, the widest varints, and
+ * the same rule and offset for a broken event there as at the end. */
+static void test_common_events_mid_buffer(void)
+{
+    uint8_t ev[512];
+    size_t n = 0;
+    ev[n++] = MLZ_EV_ALLOC;
+    n += mlz_varint_put(ev + n, UINT64_MAX);            /* delta: 10 bytes */
+    mlz_put_u64(ev + n, 0x1122334455667788ull); n += 8;
+    n += mlz_varint_put(ev + n, UINT64_MAX);            /* size */
+    n += mlz_varint_put(ev + n, 1);                     /* stack */
+    mlz_put_u16(ev + n, 0xBEEF); n += 2;
+    ev[n++] = MLZ_EV_FREE;
+    n += mlz_varint_put(ev + n, 300);
+    mlz_put_u64(ev + n, 0x1122334455667788ull); n += 8;
+    size_t good = n;
+    uint64_t base = 256 + sizeof META - 1;              /* offsets count from the file's start */
+    for (int i = 0; i < 8; i++) {                       /* padding: small FREEs */
+        ev[n++] = MLZ_EV_FREE; ev[n++] = 0;
+        mlz_put_u64(ev + n, 0x1000 + (uint64_t)i); n += 8;
+    }
+    write_events(path_of("common.mlyze"), ev, n);
+    mlz_error e = { 0 };
+    mlz_reader *r = mlz_reader_open(path_of("common.mlyze"), 0, &e);
+    CHECK(r != NULL);
+    mlz_event a, f;
+    CHECK(r && mlz_reader_next(r, &a, &e) == 1 && mlz_reader_next(r, &f, &e) == 1);
+    CHECK(a.type == MLZ_EV_ALLOC && a.delta_us == UINT64_MAX && a.addr == 0x1122334455667788ull &&
+          a.size == UINT64_MAX && a.stack_id == 1 && a.thread == 0xBEEF && a.enc_len == 1 + 10 + 8 + 10 + 1 + 2 &&
+          a.offset == base && a.objects == 0 && a.name_id == 0 && a.data == NULL);
+    CHECK(f.type == MLZ_EV_FREE && f.delta_us == 300 && f.addr == 0x1122334455667788ull && f.size == 0 &&
+          f.stack_id == 0 && f.thread == 0 && f.enc_len == 11 && f.offset == base + good - 11);
+    if (r) mlz_reader_close(r);
+
+    /* Broken events with plenty after them. */
+    struct { uint8_t ev[24]; size_t len; int rule; uint64_t off; const char *what; } cases[] = {
+        { { MLZ_EV_ALLOC, 0x80, 0x00 }, 3, MLZ_RULE_VARINT, 1, "overlong delta" },
+        { { MLZ_EV_ALLOC, 0, 1,2,3,4,5,6,7,8, 0x85, 0x00 }, 12, MLZ_RULE_VARINT, 10, "overlong size" },
+        { { MLZ_EV_ALLOC, 0, 1,2,3,4,5,6,7,8, 16, 0xff,0xff,0xff,0xff,0xff,0xff,0xff,0xff,0xff,0x7f }, 21,
+          MLZ_RULE_VARINT, 11, "stack varint over 64 bits" },
+        { { MLZ_EV_ALLOC, 0, 1,2,3,4,5,6,7,8, 16, 9, 0,0 }, 14, MLZ_RULE_REFERENCE, 0, "unknown stack" },
+        { { MLZ_EV_FREE, 0x80, 0x80, 0x00 }, 4, MLZ_RULE_VARINT, 1, "free's overlong delta" },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        n = 0;
+        memcpy(ev, cases[i].ev, cases[i].len);
+        n = cases[i].len;
+        memset(ev + n, 0, 64);                          /* more than the longest ALLOC */
+        n += 64;
+        write_events(path_of("common.mlyze"), ev, n);
+        uint64_t k;
+        int rc = read_all(path_of("common.mlyze"), 0, &k, &e);
+        if (rc != -1 || e.rule != cases[i].rule || e.offset != base + cases[i].off)
+            fprintf(stderr, "  case '%s': rc %d rule %d offset %llu (%s)\n", cases[i].what, rc, e.rule,
+                    (unsigned long long)e.offset, e.msg);
+        CHECK(rc == -1 && e.rule == cases[i].rule && e.offset == base + cases[i].off);
+    }
+}
+
 /* The no-malloc JSON emitter produces what jansson parses back. */
 static void test_json_writer(void)
 {
@@ -445,6 +519,7 @@ int main(int argc, char **argv)
     RUN(test_plain_v1_truncation);
     RUN(test_bit_flips);
     RUN(test_each_rule);
+    RUN(test_common_events_mid_buffer);
     RUN(test_json_writer);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
