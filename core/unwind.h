@@ -120,7 +120,7 @@ unsigned mlz_unwind_dwarf_bounded(uint64_t *pcs, unsigned max, unsigned skip,
  * itself when the module table's generation changes. Not re-entrant: one
  * cache per thread, never used from a signal handler that may interrupt an
  * unwind using the same cache (a torn entry gives a wrong stack, never a
- * fault). 512 entries, 16 KiB. */
+ * fault). 512 entries, 16 KiB, and the last walk's frames, 6.4 KiB. */
 #define MLZ_UNWIND_CACHE_ENTRIES 512
 
 typedef struct mlz_unwind_cache_entry {
@@ -133,10 +133,32 @@ typedef struct mlz_unwind_cache_entry {
     int16_t span_lo, span_hi; /* every read is inside [CFA + span_lo, CFA + span_hi) */
 } mlz_unwind_cache_entry;
 
+/* The cache also keeps the frames of the thread's last complete walk (the
+ * stack's shadow): pc, the sp of the frame (its return address was read at
+ * sp - 8) and rbp. A later walk that comes to a frame with the same pc and
+ * sp (and rbp, unless the frame's CFA rule is sp + offset: then sp decides
+ * where its caller's frame is) takes the frames beyond it from there, once
+ * it found each one's
+ * return address still in place at its sp - 8: one load per frame instead
+ * of a step. Only memory is trusted, so a longjmp, an exception, a signal
+ * handler or a new thread on a reused stack cost a miss, never a wrong
+ * frame. Two buffers: the walk writes one while it compares with the other. */
+#define MLZ_UNWIND_TAIL 136
+#define MLZ_UNWIND_TAIL_IN_PLACE 1u   /* in sp's low bits: [sp - 8] held pc */
+#define MLZ_UNWIND_TAIL_SP_RULE  2u   /* and the frame's CFA is sp + offset */
+
+typedef struct mlz_unwind_frame {
+    uint64_t pc, sp, bp;    /* bp: rbp, or 1 (never a frame pointer) when unknown */
+} mlz_unwind_frame;
+
 typedef struct mlz_unwind_cache {
     uint64_t generation;    /* mlz_modtab generation the entries belong to */
     uint64_t hits, misses;
     mlz_unwind_cache_entry e[MLZ_UNWIND_CACHE_ENTRIES];
+    uint64_t tail_hits;     /* walks finished from the last walk's frames */
+    uint32_t tail_n;        /* frames in tail[tail_cur]; 0: none */
+    uint32_t tail_cur;
+    mlz_unwind_frame tail[2][MLZ_UNWIND_TAIL];
 } mlz_unwind_cache;
 
 /* As mlz_unwind_dwarf_bounded, consulting and filling *cache (see above).

@@ -895,7 +895,7 @@ typedef struct walker {
 /* One frame: the caller's registers into *nx. *signal: the frame was a
  * signal frame, so the caller's pc is exact. */
 static int step(walker *w, const mlz_unwind_regs *cur, uint64_t look, mlz_unwind_regs *nx,
-                int *signal)
+                int *signal, int *sp_rule)
 {
     mlz_unwind_cache_entry *ce = NULL;
     row rw;
@@ -903,10 +903,12 @@ static int step(walker *w, const mlz_unwind_regs *cur, uint64_t look, mlz_unwind
     int rc;
 
     *signal = 0;
+    *sp_rule = 0;
     if (w->cache) {
         ce = cache_slot(w->cache, look);
         if (ce->pc == look) {
             w->cache->hits++;
+            *sp_rule = ce->cfa_reg == MLZ_REG_RSP;
             return cache_apply(ce, cur, &w->b, nx);
         }
         w->cache->misses++;
@@ -922,6 +924,7 @@ static int step(walker *w, const mlz_unwind_regs *cur, uint64_t look, mlz_unwind
             return STEP_UNSUPPORTED;
         rc = apply_row(&rw, &w->ci, cur, &w->b, nx);
         *signal = w->ci.signal;
+        *sp_rule = rw.cfa_how == RULE_OFFSET && rw.cfa_reg == MLZ_REG_RSP;
         if (rc == STEP_OK && ce)
             cache_fill(ce, look, &rw, &w->ci);
         else if (rc == STEP_END && ce && !w->ci.signal)
@@ -940,6 +943,43 @@ static int step(walker *w, const mlz_unwind_regs *cur, uint64_t look, mlz_unwind
     default:
         return STEP_UNSUPPORTED;
     }
+}
+
+/* ---- the last walk's frames (mlz_unwind_cache.tail) ---- */
+
+#define TAIL_BP_UNKNOWN 1u
+
+static uint64_t frame_bp(const mlz_unwind_regs *r)
+{
+    return r->valid & REG_BIT(MLZ_REG_RBP) ? r->reg[MLZ_REG_RBP] : TAIL_BP_UNKNOWN;
+}
+
+/* Whether the frame at pc with this sp got pc from [sp - 8]: a signal
+ * frame's pc comes from its context instead. */
+__attribute__((no_sanitize_address)) static uint64_t ra_in_place(uint64_t pc, uint64_t sp, int exact,
+                                                                 const bounds *b)
+{
+    uint64_t ra;
+    if (exact || (sp & 7) || sp < b->lo + 8 || sp > b->hi)
+        return 0;
+    memcpy(&ra, (const void *)(uintptr_t)(sp - 8), 8);
+    return ra == pc ? MLZ_UNWIND_TAIL_IN_PLACE : 0;
+}
+
+/* Frames from..n-1 of an earlier walk, each with its return address still
+ * at its sp - 8 inside the bounds. */
+__attribute__((no_sanitize_address)) static int tail_in_place(const mlz_unwind_frame *t, unsigned from,
+                                                              unsigned n, const bounds *b)
+{
+    for (unsigned m = from; m < n; m++) {
+        uint64_t sp = t[m].sp & ~(uint64_t)7, ra;
+        if (!(t[m].sp & MLZ_UNWIND_TAIL_IN_PLACE) || sp < b->lo + 8 || sp > b->hi)
+            return 0;
+        memcpy(&ra, (const void *)(uintptr_t)(sp - 8), 8);
+        if (ra != t[m].pc)
+            return 0;
+    }
+    return 1;
 }
 
 /* The walk. cur: a register state at pc cur->rip, exact if that pc is not a
@@ -961,12 +1001,21 @@ static unsigned dwarf_walk(uint64_t *pcs, unsigned max, unsigned skip, mlz_unwin
         COUNT(bad_frame);
         return 0;
     }
+    /* The last complete walk (ot, on frames) and this one (nt). */
+    const mlz_unwind_frame *ot = NULL;
+    mlz_unwind_frame *nt = NULL;
+    unsigned on = 0, oj = 0;
+    int complete = 0;
     if (cache) {
         uint64_t gen = mlz_modtab_generation();
         if (cache->generation != gen) {
             memset(cache->e, 0, sizeof cache->e);
             cache->generation = gen;
+            cache->tail_n = 0;
         }
+        ot = cache->tail[cache->tail_cur & 1];
+        nt = cache->tail[(cache->tail_cur & 1) ^ 1];
+        on = cache->tail_n < MLZ_UNWIND_TAIL ? cache->tail_n : 0;
     }
     for (;;) {
         uint64_t pc = cur->reg[MLZ_REG_RIP];
@@ -975,14 +1024,38 @@ static unsigned dwarf_walk(uint64_t *pcs, unsigned max, unsigned skip, mlz_unwin
             skip--;
         } else {
             pcs[n++] = pc;
+            if (nt && n <= MLZ_UNWIND_TAIL) {
+                uint64_t sp = cur->reg[MLZ_REG_RSP], bp = frame_bp(cur);
+                nt[n - 1] = (mlz_unwind_frame){ pc, sp | ra_in_place(pc, sp, exact, &b), bp };
+                /* The last walk passed this frame too? Then beyond it, its
+                 * frames are this walk's, if still in place. */
+                while (oj < on && (ot[oj].sp & ~(uint64_t)7) < sp)
+                    oj++;
+                if (oj < on && (ot[oj].sp & ~(uint64_t)7) == sp && ot[oj].pc == pc &&
+                    ((ot[oj].sp & MLZ_UNWIND_TAIL_SP_RULE) || ot[oj].bp == bp) &&
+                    !(sp & 7) && n + (on - oj - 1) <= max && tail_in_place(ot, oj + 1, on, &b)) {
+                    nt[n - 1].sp |= ot[oj].sp & MLZ_UNWIND_TAIL_SP_RULE;    /* same pc, same rule */
+                    for (unsigned m = oj + 1; m < on; m++) {
+                        nt[n] = ot[m];
+                        pcs[n++] = ot[m].pc;
+                    }
+                    cache->tail_hits++;
+                    complete = 1;
+                    break;
+                }
+            }
             if (n >= max) {
                 COUNT_USUAL(full);
                 break;
             }
         }
 
-        int rc = step(&w, cur, exact ? pc : pc - 1, nx, &signal);
+        int sp_rule;
+        int rc = step(&w, cur, exact ? pc : pc - 1, nx, &signal, &sp_rule);
+        if (nt && n && n <= MLZ_UNWIND_TAIL && sp_rule && !signal)
+            nt[n - 1].sp |= MLZ_UNWIND_TAIL_SP_RULE;
         if (rc != STEP_OK) {
+            complete = rc == STEP_END;
             switch (rc) {
             case STEP_END: COUNT_USUAL(outermost); break;
             case STEP_BAD: COUNT(bad_frame); break;
@@ -997,6 +1070,7 @@ static unsigned dwarf_walk(uint64_t *pcs, unsigned max, unsigned skip, mlz_unwin
         uint64_t npc = nx->reg[MLZ_REG_RIP], nsp = nx->reg[MLZ_REG_RSP];
         if (npc == 0) {                 /* some runtimes end their chains this way */
             COUNT_USUAL(outermost);
+            complete = 1;
             break;
         }
         if (!pc_plausible(npc) || !(nx->valid & REG_BIT(MLZ_REG_RSP))) {
@@ -1015,6 +1089,12 @@ static unsigned dwarf_walk(uint64_t *pcs, unsigned max, unsigned skip, mlz_unwin
         cur = nx;
         nx = t;
         exact = signal;
+    }
+    /* Only a walk that reached the outermost frame is kept as the shadow:
+     * a tail taken from it is then complete as well. */
+    if (nt && complete && n <= MLZ_UNWIND_TAIL) {
+        cache->tail_cur = (cache->tail_cur & 1) ^ 1;
+        cache->tail_n = n;
     }
     return n;
 }

@@ -314,8 +314,8 @@ static void test_chain(void)
 
 /* ---- (a2) resuming at a caller's frame found by frame pointers ---- */
 
-static uint64_t g_rs[2][MAXF];
-static unsigned g_nrs[2];
+static uint64_t g_rs[3][MAXF];
+static unsigned g_nrs[3];
 static mlz_unwind_cache g_rcache;
 
 /* What the payload's hooks do: the caller's rip, rsp and rbp from our frame
@@ -330,8 +330,10 @@ NOI static void resume_r3(void)
     r.reg[MLZ_REG_RBP] = ((uint64_t *)(uintptr_t)fp)[0];
     r.valid = 1u << MLZ_REG_RIP | 1u << MLZ_REG_RSP | 1u << MLZ_REG_RBP;
     g_ndw = mlz_unwind_dwarf_bounded(g_dw, MAXF, 0, hi);
-    for (int k = 0; k < 2; k++)          /* cold cache, then warm */
+    for (int k = 0; k < 3; k++) {        /* cold cache, warm rules, warm rules and tail */
+        if (k == 1) g_rcache.tail_n = 0;
         g_nrs[k] = mlz_unwind_dwarf_resume(g_rs[k], MAXF, &r, fp, hi, &g_rcache);
+    }
     g_sink++;
 }
 
@@ -347,13 +349,14 @@ static void test_resume(void)
     sym_refresh();
     memset(&g_rcache, 0, sizeof g_rcache);
     resume_r1();
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < 3; k++) {
         CHECK(in_order(g_rs[k], g_nrs[k], want, 1));
         CHECK(g_nrs[k] > 0 && find_frame(g_rs[k], g_nrs[k], 0, "_start") == (int)g_nrs[k] - 1);
         REQUIRE(g_nrs[k] + 1 == g_ndw);
         for (unsigned i = 0; i < g_nrs[k]; i++) CHECK_EQ_U64(g_rs[k][i], g_dw[i + 1]);
     }
     CHECK(g_rcache.hits > 0);
+    CHECK_EQ_U64(g_rcache.tail_hits, 1);    /* the third walk: at its first frame */
     CHECK_EQ_U64(mlz_unwind_dwarf_resume(g_rs[0], 0, &(mlz_unwind_regs){ 0 }, 0, 0, NULL), 0);
 }
 
@@ -575,6 +578,216 @@ static void test_cache(void)
     cached_f1();
     check_cached_same("after refresh");
     CHECK(g_cache.generation == mlz_modtab_generation());
+}
+
+/* ---- the last walk's frames (the tail) ---- */
+
+/* Each capture walks twice from the same frame: uncached (the truth) and
+ * with g_tcache, whose tail the previous captures left. pcs[0] differs
+ * (two call sites here); every other frame must agree. */
+static mlz_unwind_cache g_tcache;
+static __thread uint64_t t_u[MAXF], t_t[MAXF];
+static __thread unsigned t_nu, t_nt;
+static __thread int t_same;
+static _Atomic unsigned g_tail_bad;
+
+NOI static void cap_pair(uint64_t hi)
+{
+    t_nu = mlz_unwind_dwarf_bounded(t_u, MAXF, 0, hi);
+    t_nt = mlz_unwind_dwarf_cached(t_t, MAXF, 0, hi, &g_tcache);
+    t_same = t_nu == t_nt && t_nu > 2;
+    for (unsigned i = 1; t_same && i < t_nu; i++) t_same = t_u[i] == t_t[i];
+    if (!t_same) {
+        atomic_fetch_add(&g_tail_bad, 1);
+        dump("uncached", t_u, t_nu);
+        dump("with tail", t_t, t_nt);
+    }
+    g_sink++;
+}
+
+static __thread mlz_stack_cache t_tail_stack;
+static pid_t g_main_tid;
+
+/* The stack top of the calling thread. */
+static uint64_t this_hi(void)
+{
+    return gettid() == g_main_tid ? main_hi() : mlz_stack_cache_hi(&t_tail_stack);
+}
+
+/* Chains of several depths and call sites, so walks share outer frames. */
+NOI static void tl_a3(void) { cap_pair(this_hi()); g_sink++; }
+NOI static void tl_a2(void) { tl_a3(); g_sink++; }
+NOI static void tl_a1(void) { tl_a2(); g_sink++; }
+NOI static void tl_b2(void) { volatile char pad[200]; pad[0] = 1; cap_pair(this_hi()); g_sink += pad[0]; }
+NOI static void tl_b1(void) { tl_b2(); g_sink++; }
+
+/* Walks that leave from frames the tail knows, with other frames inside. */
+static void test_tail_hits(void)
+{
+    g_main_tid = gettid();
+    REQUIRE(mlz_modtab_refresh() == 0);
+    sym_refresh();
+    memset(&g_tcache, 0, sizeof g_tcache);
+    g_tail_bad = 0;
+    for (int i = 0; i < 4; i++) {
+        tl_a1();
+        tl_b1();
+        tl_a2();
+    }
+    CHECK_EQ_U64(g_tail_bad, 0);
+    /* Every walk after the first meets the last one in this function. */
+    CHECK(g_tcache.tail_hits >= 11);
+    CHECK(g_tcache.tail_n > 3);
+}
+
+/* The return address of the frame at pcs[at] (of a walk that started at
+ * the given frame) is stored at that frame's sp - 8; found by walking. */
+static uint64_t *ra_slot_of(const mlz_unwind_regs *start, uint64_t lo, uint64_t hi, unsigned at)
+{
+    mlz_unwind_cache c;
+    memset(&c, 0, sizeof c);
+    uint64_t pcs[MAXF];
+    unsigned n = mlz_unwind_dwarf_resume(pcs, MAXF, start, lo, hi, &c);
+    if (at >= n || at >= c.tail_n) return NULL;
+    return (uint64_t *)(uintptr_t)((c.tail[c.tail_cur][at].sp & ~7ull) - 8);
+}
+
+static uint64_t g_tw[3][MAXF];
+static unsigned g_ntw[3];
+
+/* A frame further out changes under an unchanged first frame (what a
+ * longjmp or a thrown exception followed by other calls can leave): the
+ * tail must not be taken. Done on the real stack: one return address slot
+ * is rewritten between two walks, and put back before anyone returns. */
+NOI static void stale_r3(void)
+{
+    uint64_t hi = main_hi(), fp = (uint64_t)(uintptr_t)__builtin_frame_address(0);
+    mlz_unwind_regs r;
+    memset(&r, 0, sizeof r);
+    r.reg[MLZ_REG_RIP] = ((uint64_t *)(uintptr_t)fp)[1];
+    r.reg[MLZ_REG_RSP] = fp + 16;
+    r.reg[MLZ_REG_RBP] = ((uint64_t *)(uintptr_t)fp)[0];
+    r.valid = 1u << MLZ_REG_RIP | 1u << MLZ_REG_RSP | 1u << MLZ_REG_RBP;
+    memset(&g_tcache, 0, sizeof g_tcache);
+    g_ntw[0] = mlz_unwind_dwarf_resume(g_tw[0], MAXF, &r, fp, hi, &g_tcache);   /* leaves its tail */
+    uint64_t *slot = ra_slot_of(&r, fp, hi, 2);
+    if (!slot) return;
+    uint64_t saved = *slot;
+    *(volatile uint64_t *)slot = g_tw[0][3];      /* frame 2 now "returns" where frame 3 did */
+    g_ntw[1] = mlz_unwind_dwarf_resume(g_tw[1], MAXF, &r, fp, hi, &g_tcache);
+    g_ntw[2] = mlz_unwind_dwarf_resume(g_tw[2], MAXF, &r, fp, hi, NULL);        /* the truth */
+    *(volatile uint64_t *)slot = saved;
+    g_sink++;
+}
+
+NOI static void stale_r2(void) { stale_r3(); g_sink++; }
+NOI static void stale_r1(void) { stale_r2(); g_sink++; }
+
+static void test_tail_stale(void)
+{
+    REQUIRE(mlz_modtab_refresh() == 0);
+    sym_refresh();
+    g_ntw[0] = g_ntw[1] = g_ntw[2] = 0;
+    stale_r1();
+    REQUIRE(g_ntw[0] > 4);
+    /* (A later frame may still meet the tail: frame 2's new rule leads
+     * back to frame 3's place. g_tw_hits is not checked.) */
+    /* The cached walk saw the rewritten slot, as the uncached one did. */
+    int same = g_ntw[1] == g_ntw[2];
+    for (unsigned i = 0; same && i < g_ntw[1]; i++) same = g_tw[1][i] == g_tw[2][i];
+    CHECK(same);
+    CHECK(g_tw[2][2] == g_tw[0][3] && g_tw[1][2] == g_tw[0][3]);
+    if (!same) { dump("first", g_tw[0], g_ntw[0]); dump("cached", g_tw[1], g_ntw[1]); dump("truth", g_tw[2], g_ntw[2]); }
+}
+
+/* longjmp out of a deep chain, then other chains over the same stack. */
+#include <setjmp.h>
+static jmp_buf g_jb;
+NOI static void lj_d3(void) { cap_pair(main_hi()); longjmp(g_jb, 1); }
+NOI static void lj_d2(void) { volatile char pad[64]; pad[0] = 2; lj_d3(); g_sink += pad[0]; }
+NOI static void lj_d1(void) { lj_d2(); g_sink++; }
+NOI static void lj_e2(void) { cap_pair(main_hi()); g_sink++; }
+NOI static void lj_e1(void) { volatile char pad[96]; pad[0] = 3; lj_e2(); g_sink += pad[0]; }
+
+NOI static void lj_run(void)
+{
+    for (volatile int i = 0; i < 3; i++) {
+        if (setjmp(g_jb) == 0) lj_d1();
+        lj_e1();
+        tl_a3();
+    }
+}
+
+static void test_tail_longjmp(void)
+{
+    REQUIRE(mlz_modtab_refresh() == 0);
+    sym_refresh();
+    memset(&g_tcache, 0, sizeof g_tcache);
+    g_tail_bad = 0;
+    lj_run();
+    CHECK_EQ_U64(g_tail_bad, 0);
+    CHECK(g_tcache.tail_hits > 0);
+}
+
+/* A walk inside a signal handler (through the signal frame) after walks of
+ * the interrupted code, and the interrupted code's walks after it. */
+static void tail_handler(int sig)
+{
+    (void)sig;
+    tl_b1();
+}
+
+NOI static void sig_inner(void) { tl_a3(); raise(SIGUSR2); tl_a3(); g_sink++; }
+
+static void test_tail_signal(void)
+{
+    REQUIRE(mlz_modtab_refresh() == 0);
+    sym_refresh();
+    memset(&g_tcache, 0, sizeof g_tcache);
+    g_tail_bad = 0;
+    struct sigaction sa, old;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = tail_handler;
+    sigemptyset(&sa.sa_mask);
+    REQUIRE(sigaction(SIGUSR2, &sa, &old) == 0);
+    for (int i = 0; i < 3; i++) sig_inner();
+    sigaction(SIGUSR2, &old, NULL);
+    CHECK_EQ_U64(g_tail_bad, 0);
+    CHECK(g_tcache.tail_hits > 0);
+}
+
+/* Threads that exit, and new ones (on a stack glibc hands out again) with
+ * other chains, walking with the same cache one after the other. */
+NOI static void *tail_thread_a(void *arg)
+{
+    (void)arg;
+    tl_b1();
+    tl_b1();
+    return NULL;
+}
+
+NOI static void th_c2(void) { cap_pair(this_hi()); g_sink++; }
+NOI static void th_c1(void) { th_c2(); g_sink++; }
+NOI static void *tail_thread_b(void *arg)
+{
+    (void)arg;
+    th_c1();
+    return NULL;
+}
+
+static void test_tail_threads(void)
+{
+    REQUIRE(mlz_modtab_refresh() == 0);
+    sym_refresh();
+    memset(&g_tcache, 0, sizeof g_tcache);
+    g_tail_bad = 0;
+    for (int i = 0; i < 6; i++) {
+        pthread_t t;
+        REQUIRE(pthread_create(&t, NULL, i % 2 ? tail_thread_b : tail_thread_a, NULL) == 0);
+        pthread_join(t, NULL);
+    }
+    CHECK_EQ_U64(g_tail_bad, 0);
+    CHECK(g_tcache.tail_hits > 0);
 }
 
 /* ---- (c) through glibc: a qsort callback ---- */
@@ -1077,6 +1290,11 @@ int main(int argc, char **argv)
     RUN(test_shared_lib);
     RUN(test_stale_modtab);
     RUN(test_cache);
+    RUN(test_tail_hits);
+    RUN(test_tail_stale);
+    RUN(test_tail_longjmp);
+    RUN(test_tail_signal);
+    RUN(test_tail_threads);
     RUN(test_qsort);
     RUN(test_signal);
     RUN(test_signal_in_lib);
