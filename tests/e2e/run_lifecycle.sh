@@ -26,6 +26,36 @@ check "C++: operator new frame present" python3 -c "
 import json, sys; d=json.load(open('$T/w.json'))
 sys.exit(0 if any('operator new' in f for s in d['sites'] for f in s['frames']) else 1)"
 
+# Exceptions: a block allocated after a throw was caught gets its own
+# stack (the unwinder reuses its last walk only where the stack still
+# holds it), and the thrower's blocks keep theirs.
+g++ -O2 -g -o "$T/throws" "$ROOT/tests/targets/throws.cc" || fail "build throws"
+out=$("$MEMLYZE" run -r 1 -o "$T/x.mlyze" -- "$T/throws" 2>/dev/null)
+check "exceptions: output unchanged" test "$out" = "throws: 2000"
+"$MEMLYZE" top --json -n 50 --frames 12 "$T/x.mlyze" > "$T/x.json"
+check "exceptions: stacks on both sides of each throw are their own" python3 - "$T/x.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+after = thrower = 0
+via = {"via_a()": 0, "via_b()": 0}
+for s in d["sites"]:
+    fr = [f.split(" ")[0] for f in s["frames"]]
+    if "leaf()" in fr:
+        i = fr.index("leaf()")
+        if fr[i + 1] not in via or fr[i + 2] != "main":
+            sys.exit("leaf with a wrong stack: %s" % fr)
+        via[fr[i + 1]] += s["live_bytes"]
+    elif "after_catch()" in fr:
+        i = fr.index("after_catch()")
+        if "deep_throw(int)" in fr or fr[i + 1] != "main":
+            sys.exit("after_catch with a wrong stack: %s" % fr)
+        after += s["live_bytes"]
+    elif fr and "deep_throw(int)" in fr and s["live_bytes"] and "__cxa_allocate_exception" not in fr:
+        thrower += s["live_bytes"]
+if round(after) != 101000 or round(thrower) != 50500 or [round(v) for v in via.values()] != [151500, 151500]:
+    sys.exit("after_catch %s bytes, deep_throw %s bytes, leaf %s" % (after, thrower, via))
+PY
+
 cc -O2 -g -o "$T/forker" "$ROOT/tests/targets/forker.c" || fail "build forker"
 out=$("$MEMLYZE" run -r 1 -o "$T/nf.mlyze" -- "$T/forker" 2>/dev/null | sort | tr '\n' ' ')
 check "fork: output unchanged" test "$out" = "child done parent done 0 "
