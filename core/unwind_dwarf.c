@@ -1015,7 +1015,7 @@ static unsigned dwarf_walk(uint64_t *pcs, unsigned max, unsigned skip, mlz_unwin
         }
         ot = cache->tail[cache->tail_cur & 1];
         nt = cache->tail[(cache->tail_cur & 1) ^ 1];
-        on = cache->tail_n < MLZ_UNWIND_TAIL ? cache->tail_n : 0;
+        on = cache->tail_n <= MLZ_UNWIND_TAIL ? cache->tail_n : 0;
     }
     for (;;) {
         uint64_t pc = cur->reg[MLZ_REG_RIP];
