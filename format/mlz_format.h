@@ -95,8 +95,9 @@ typedef struct mlz_writer_opts {
     const char *meta;        /* JSON metadata text */
     size_t      meta_len;
     unsigned    flags;       /* MLZ_FLAG_LZ4 or MLZ_FLAG_SPLIT to compress, else raw.
-                                SPLIT allocates (tools only), and takes blocks
-                                of up to buf_size (<= 1 MiB) bytes of v1 events */
+                                SPLIT allocates (tools only), takes blocks of up
+                                to buf_size (<= 1 MiB) bytes of v1 events, and
+                                with two CPUs encodes them on a second thread */
     int         replace;     /* may the final rename replace an existing file */
     int         plain;       /* leave the header unsealed, as a plain v1 writer
                                 would (undump of such files); raw mode only */
@@ -117,6 +118,8 @@ typedef struct mlz_writer {
     uint8_t *buf, *zbuf;
     size_t   cap, len, zcap;
     struct mlz_split_codec *split;  /* SPLIT mode's encoder */
+    struct mlz_encode_behind *behind; /* SPLIT: the second thread encoding, if any */
+    int      level, behind_failed;
     uint64_t start_us, last_us;
     uint64_t events, stream_len, raw_len;
     uint64_t block_base_us, block_first_event, nblocks;

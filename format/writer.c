@@ -18,6 +18,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <lz4.h>
+#include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -157,7 +159,8 @@ int mlz_writer_open(mlz_writer *w, const char *path, const mlz_writer_opts *o)
     w->cap = (o->flags & MLZ_FLAG_LZ4) ? MLZ_BLOCK_SIZE : o->buf_size;
     if (o->flags & MLZ_FLAG_SPLIT) {
         if (w->cap > MLZ_SPLIT_MAX_RAW) w->cap = MLZ_SPLIT_MAX_RAW;
-        if (!(w->split = mlz_split_new(o->level ? o->level : MLZ_SPLIT_LEVEL))) return fail(w, -ENOTSUP);
+        w->level = o->level ? o->level : MLZ_SPLIT_LEVEL;
+        if (!(w->split = mlz_split_new(w->level))) return fail(w, -ENOTSUP);
     }
     w->zbuf = o->zbuf;
     w->zcap = o->zbuf_size;
@@ -196,21 +199,198 @@ int mlz_writer_open(mlz_writer *w, const char *path, const mlz_writer_opts *o)
     return 0;
 }
 
-/* Writes the buffered events: as they are (raw) or as one LZ4 block. */
-static int flush(mlz_writer *w)
+/* One encoded block and its index entry: where its raw bytes start, its
+ * base time and first event. */
+static int write_block(mlz_writer *w, const uint8_t *blk, size_t blen, uint64_t raw_off,
+                       uint64_t base_us, uint64_t first_event)
+{
+    uint8_t ent[32];
+    int rc;
+    mlz_put_u64(ent, MLZ_HEADER_SIZE + (uint64_t)w->meta_len + w->stream_len);
+    mlz_put_u64(ent + 8, raw_off);
+    mlz_put_u64(ent + 16, base_us);
+    mlz_put_u64(ent + 24, first_event);
+    if ((rc = write_all(w->fd, blk, blen)) ||
+        (rc = write_all(w->idx_fd, ent, sizeof ent)))
+        return fail(w, rc);
+    w->stream_len += blen;
+    w->nblocks++;
+    return 0;
+}
+
+/* The buffered events are handed over (or written): a new block starts. */
+static void block_done(mlz_writer *w)
+{
+    w->raw_len += w->len;
+    w->len = 0;
+    w->block_base_us = w->last_us;
+    w->block_first_event = w->events;
+}
+
+/* ------------------------------------------------- split: encode behind */
+
+/* With two CPUs a second thread encodes split block k while the caller
+ * fills block k+1: zstd is most of the time a split file takes to write
+ * (finalize at detach, convert). Blocks reach the file in order: block k
+ * is written when block k+1 is handed over, or at close. The thread has its
+ * own encoder; the caller's buffer and a second one of the same size take
+ * turns. The bytes written are the same as the one-thread path's. */
+struct mlz_encode_behind {
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    enum { BEHIND_IDLE, BEHIND_ASKED, BEHIND_DONE } state;
+    int quit;
+    mlz_split_codec *codec;
+    const uint8_t *raw;                 /* the block being encoded */
+    size_t raw_len;
+    uint64_t raw_off, base_us, first_event;
+    const uint8_t *out;                 /* its encoding, in codec */
+    long out_len;                       /* <= 0: encoding failed */
+    uint8_t *spare, *own;               /* the buffer the caller gets next; ours to free */
+};
+
+static void *behind_main(void *arg)
+{
+    struct mlz_encode_behind *b = arg;
+    pthread_mutex_lock(&b->mu);
+    for (;;) {
+        while (b->state != BEHIND_ASKED && !b->quit) pthread_cond_wait(&b->cv, &b->mu);
+        if (b->quit) break;
+        pthread_mutex_unlock(&b->mu);
+        const uint8_t *out = NULL;
+        long n = mlz_split_encode(b->codec, b->raw, b->raw_len, &out);
+        pthread_mutex_lock(&b->mu);
+        b->out = out;
+        b->out_len = n;
+        b->state = BEHIND_DONE;
+        pthread_cond_broadcast(&b->cv);
+    }
+    pthread_mutex_unlock(&b->mu);
+    return NULL;
+}
+
+static void behind_stop(mlz_writer *w)
+{
+    struct mlz_encode_behind *b = w->behind;
+    if (!b) return;
+    pthread_mutex_lock(&b->mu);
+    b->quit = 1;
+    pthread_cond_broadcast(&b->cv);
+    pthread_mutex_unlock(&b->mu);
+    pthread_join(b->thread, NULL);
+    pthread_mutex_destroy(&b->mu);
+    pthread_cond_destroy(&b->cv);
+    mlz_split_free(b->codec);
+    free(b->own);
+    free(b);
+    w->behind = NULL;
+}
+
+/* The thread, when this process may run on two CPUs; NULL otherwise, or
+ * if it cannot start (the caller then encodes every block itself). */
+static struct mlz_encode_behind *behind_start(mlz_writer *w)
+{
+    cpu_set_t cpus;   /* the CPUs this process may use, not the machine's */
+    if (w->behind_failed || sched_getaffinity(0, sizeof cpus, &cpus) || CPU_COUNT(&cpus) < 2) return NULL;
+    struct mlz_encode_behind *b = calloc(1, sizeof *b);
+    if (b && (!(b->codec = mlz_split_new(w->level)) || !(b->own = malloc(w->cap)))) {
+        mlz_split_free(b->codec);
+        free(b);
+        b = NULL;
+    }
+    if (b) {
+        pthread_mutex_init(&b->mu, NULL);
+        pthread_cond_init(&b->cv, NULL);
+        if (pthread_create(&b->thread, NULL, behind_main, b)) {
+            pthread_mutex_destroy(&b->mu);
+            pthread_cond_destroy(&b->cv);
+            mlz_split_free(b->codec);
+            free(b->own);
+            free(b);
+            b = NULL;
+        }
+    }
+    if (!b) {
+        w->behind_failed = 1;
+        return NULL;
+    }
+    b->spare = b->own;
+    return w->behind = b;
+}
+
+/* Waits for the block being encoded, if any, and writes it. */
+static int behind_collect(mlz_writer *w)
+{
+    struct mlz_encode_behind *b = w->behind;
+    pthread_mutex_lock(&b->mu);
+    while (b->state == BEHIND_ASKED) pthread_cond_wait(&b->cv, &b->mu);
+    int had = b->state == BEHIND_DONE;
+    b->state = BEHIND_IDLE;
+    pthread_mutex_unlock(&b->mu);
+    if (!had) return 0;
+    if (b->out_len <= 0) return fail(w, -EIO);
+    return write_block(w, b->out, (size_t)b->out_len, b->raw_off, b->base_us, b->first_event);
+}
+
+/* The buffered block, when the thread is still encoding the one before:
+ * encoded here meanwhile (both CPUs encode), then both written in order. */
+static int encode_beside(mlz_writer *w)
+{
+    const uint8_t *blk;
+    long n = mlz_split_encode(w->split, w->buf, w->len, &blk);
+    int rc = behind_collect(w);
+    if (rc) return rc;
+    if (n <= 0) return fail(w, -EIO);
+    if ((rc = write_block(w, blk, (size_t)n, w->raw_len, w->block_base_us, w->block_first_event))) return rc;
+    block_done(w);
+    return 0;
+}
+
+/* With the thread free: writes the block it finished, if any, hands it the
+ * buffered one and takes the other buffer. With the thread busy (blocks
+ * fill faster than they encode), encode_beside. */
+static int behind_hand(mlz_writer *w)
+{
+    struct mlz_encode_behind *b = w->behind;
+    pthread_mutex_lock(&b->mu);
+    int busy = b->state == BEHIND_ASKED;
+    pthread_mutex_unlock(&b->mu);
+    if (busy) return encode_beside(w);
+    int rc = behind_collect(w);
+    if (rc) return rc;
+    uint8_t *next = b->spare;
+    pthread_mutex_lock(&b->mu);
+    b->raw = w->buf;
+    b->raw_len = w->len;
+    b->raw_off = w->raw_len;
+    b->base_us = w->block_base_us;
+    b->first_event = w->block_first_event;
+    b->state = BEHIND_ASKED;
+    pthread_cond_broadcast(&b->cv);
+    pthread_mutex_unlock(&b->mu);
+    b->spare = w->buf;
+    w->buf = next;
+    block_done(w);
+    return 0;
+}
+
+/* Writes the buffered events: as they are (raw) or as one block. `last`:
+ * at close, so a split file of one block starts no thread. */
+static int flush(mlz_writer *w, int last)
 {
     if (w->len == 0 || w->err) return w->err;
     int rc;
     if (!(w->flags & MLZ_FLAGS_BLOCKS)) {
         if ((rc = write_all(w->fd, w->buf, w->len))) return fail(w, rc);
         w->stream_len += w->len;
-        w->raw_len += w->len;
-        w->len = 0;
+        block_done(w);
         return 0;
     }
     const uint8_t *blk;
     size_t blen;
     if (w->split) {
+        if (w->behind || (!last && behind_start(w))) return behind_hand(w);
         long n = mlz_split_encode(w->split, w->buf, w->len, &blk);
         if (n <= 0) return fail(w, -EIO);
         blen = (size_t)n;
@@ -223,27 +403,14 @@ static int flush(mlz_writer *w)
         blk = w->zbuf;
         blen = (size_t)c + 8;
     }
-
-    uint8_t ent[32];
-    mlz_put_u64(ent, MLZ_HEADER_SIZE + (uint64_t)w->meta_len + w->stream_len);
-    mlz_put_u64(ent + 8, w->raw_len);
-    mlz_put_u64(ent + 16, w->block_base_us);
-    mlz_put_u64(ent + 24, w->block_first_event);
-    if ((rc = write_all(w->fd, blk, blen)) ||
-        (rc = write_all(w->idx_fd, ent, sizeof ent)))
-        return fail(w, rc);
-    w->stream_len += blen;
-    w->raw_len += w->len;
-    w->nblocks++;
-    w->len = 0;
-    w->block_base_us = w->last_us;
-    w->block_first_event = w->events;
+    if ((rc = write_block(w, blk, blen, w->raw_len, w->block_base_us, w->block_first_event))) return rc;
+    block_done(w);
     return 0;
 }
 
 int mlz_writer_end_block(mlz_writer *w)
 {
-    return flush(w);
+    return flush(w, 0);
 }
 
 void mlz_writer_set_header_rest(mlz_writer *w, const uint8_t rest[MLZ_HEADER_SIZE - 48])
@@ -253,8 +420,10 @@ void mlz_writer_set_header_rest(mlz_writer *w, const uint8_t rest[MLZ_HEADER_SIZ
 
 int mlz_writer_close(mlz_writer *w)
 {
-    int rc = flush(w);
+    int rc = flush(w, 1);
+    if (!rc && w->behind) rc = behind_collect(w);
     if (rc) { mlz_writer_abort(w); return rc; }
+    behind_stop(w);
     mlz_split_free(w->split);
     w->split = NULL;
 
@@ -317,6 +486,7 @@ int mlz_writer_close(mlz_writer *w)
 
 void mlz_writer_abort(mlz_writer *w)
 {
+    behind_stop(w);
     if (w->fd >= 0) { close(w->fd); w->fd = -1; }
     if (w->idx_fd >= 0) { close(w->idx_fd); w->idx_fd = -1; }
     if (w->tmp[0]) unlink(w->tmp);
@@ -331,8 +501,8 @@ void mlz_writer_abort(mlz_writer *w)
 static int reserve(mlz_writer *w, size_t n)
 {
     if (w->err) return w->err;
-    if (w->len + n > w->cap) return flush(w);
-    if (w->split && w->events - w->block_first_event >= MLZ_SPLIT_MAX_EVENTS) return flush(w);
+    if (w->len + n > w->cap) return flush(w, 0);
+    if (w->split && w->events - w->block_first_event >= MLZ_SPLIT_MAX_EVENTS) return flush(w, 0);
     return 0;
 }
 

@@ -3,7 +3,9 @@
  * thread decodes block k+1 while the caller reads block k): it runs, it
  * hands out exactly the events of the file in order (event by event and in
  * blocks), it survives seeks, closes in mid-stream and damaged blocks with
- * the same error a plain read gives. Also built with ThreadSanitizer.
+ * the same error a plain read gives. And the writer's mirror image (a
+ * second thread encodes block k while the caller fills block k+1): it runs
+ * and writes the same bytes as one thread. Also built with ThreadSanitizer.
  */
 #include "../check.h"
 #include "mlz_format.h"
@@ -28,18 +30,22 @@ static uint8_t wbuf[1 << 20], zbuf[MLZ_LZ4_BOUND];
 /* The events as written, for comparison. */
 static struct { uint8_t type; uint64_t t, addr, size; } want[EVENTS];
 
-static void write_file(void)
+static int threads_now(void);
+static int g_threads_writing;   /* threads while the writer was in its second block */
+
+static void write_file(const char *p)
 {
     static mlz_writer w;
     mlz_writer_opts o = { .start_us = 1700000000000000ull, .meta = META, .meta_len = sizeof META - 1,
                           .flags = MLZ_FLAG_SPLIT, .replace = 1, .buf = wbuf, .buf_size = sizeof wbuf,
                           .zbuf = zbuf, .zbuf_size = sizeof zbuf };
-    if (mlz_writer_open(&w, path, &o)) return;
+    if (mlz_writer_open(&w, p, &o)) return;
     uint64_t t = o.start_us, s = 11, live[128] = { 0 };
     for (int i = 0; i < EVENTS; i++) {
         uint64_t r = check_rng(&s);
         t += r % 3;
         if (i && i % PER_BLOCK == 0) mlz_writer_end_block(&w);
+        if (i == PER_BLOCK + 1) g_threads_writing = threads_now();
         unsigned k = (r >> 8) & 127;
         want[i].t = t;
         if (live[k]) {
@@ -102,6 +108,56 @@ static void test_a_second_thread_decodes(void)
     CHECK(threads_now() == before);
     mlz_reader_close(r);
     sched_setaffinity(0, sizeof all, &all);
+}
+
+static void *slurp(const char *p, size_t *n)
+{
+    FILE *f = fopen(p, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    void *b = malloc(len > 0 ? (size_t)len : 1);
+    *n = b ? fread(b, 1, (size_t)len, f) : 0;
+    fclose(f);
+    return b;
+}
+
+static int same_file(const char *a, const char *b)
+{
+    size_t na, nb;
+    void *x = slurp(a, &na), *y = slurp(b, &nb);
+    int same = x && y && na == nb && !memcmp(x, y, na);
+    free(x);
+    free(y);
+    return same;
+}
+
+/* The writer: with two CPUs a second thread encodes while blocks fill (and
+ * is gone after close); with one, none. Same file and index either way. */
+static void test_writer_second_thread(void)
+{
+    cpu_set_t all, one;
+    REQUIRE(sched_getaffinity(0, sizeof all, &all) == 0);
+    if (CPU_COUNT(&all) < 2) { printf("SKIP: test_writer_second_thread (one CPU)\n"); return; }
+    char p1[160], p2[160], i1[168], i2[168];
+    snprintf(p1, sizeof p1, "%s/one.mlyze", dir);
+    snprintf(p2, sizeof p2, "%s/two.mlyze", dir);
+    snprintf(i1, sizeof i1, "%s.idx", p1);
+    snprintf(i2, sizeof i2, "%s.idx", p2);
+    int before = threads_now();
+    write_file(p2);
+    CHECK(g_threads_writing > before);
+    CHECK(threads_now() == before);
+
+    CPU_ZERO(&one);
+    for (int c = 0; c < CPU_SETSIZE; c++)
+        if (CPU_ISSET(c, &all)) { CPU_SET(c, &one); break; }
+    REQUIRE(sched_setaffinity(0, sizeof one, &one) == 0);
+    write_file(p1);
+    CHECK(g_threads_writing == before);
+    sched_setaffinity(0, sizeof all, &all);
+    CHECK(same_file(p1, p2) && same_file(i1, i2) && same_file(p1, path));
 }
 
 static void test_every_event_in_order(void)
@@ -237,8 +293,9 @@ int main(int argc, char **argv)
     snprintf(dir, sizeof dir, "/tmp/mlz-test-ahead-XXXXXX");
     if (!mkdtemp(dir)) return 1;
     snprintf(path, sizeof path, "%s/t.mlyze", dir);
-    write_file();
+    write_file(path);
     RUN(test_a_second_thread_decodes);
+    RUN(test_writer_second_thread);
     RUN(test_every_event_in_order);
     RUN(test_seeks);
     RUN(test_close_mid_stream);
