@@ -158,6 +158,14 @@ typedef struct mlz_unwind_cache {
     uint64_t tail_hits;     /* walks finished from the last walk's frames */
     uint32_t tail_n;        /* frames in tail[tail_cur]; 0: none */
     uint32_t tail_cur;
+    /* Changes whenever the saved frames do. A walk that met the saved walk
+     * at its first frame (same_as_saved) gave exactly the saved frames: a
+     * caller that noted what it made of them at this version (the stack's
+     * id, in saved_id/saved_tag) can use that again. */
+    uint64_t tail_version;
+    uint8_t  same_as_saved;
+    uint32_t saved_id;
+    uint64_t saved_version, saved_tag;
     mlz_unwind_frame tail[2][MLZ_UNWIND_TAIL];
 } mlz_unwind_cache;
 

@@ -982,6 +982,29 @@ __attribute__((no_sanitize_address)) static int tail_in_place(const mlz_unwind_f
     return 1;
 }
 
+/* The whole saved walk, when a walk would start at its first frame and
+ * every later return address is still in place: pcs filled, its length
+ * returned (0: walk instead). Nothing is saved anew: the frames are the
+ * same. The common case of exact mode, a loop allocating from one place. */
+static unsigned tail_whole(mlz_unwind_cache *c, const mlz_unwind_regs *r, const bounds *b,
+                           uint64_t *pcs, unsigned max)
+{
+    c->same_as_saved = 0;
+    unsigned on = c->tail_n;
+    const mlz_unwind_frame *ot = c->tail[c->tail_cur & 1];
+    uint64_t sp = r->reg[MLZ_REG_RSP];
+    if (on == 0 || on > max || on > MLZ_UNWIND_TAIL || c->generation != mlz_modtab_generation() ||
+        (~r->valid & (REG_BIT(MLZ_REG_RIP) | REG_BIT(MLZ_REG_RSP))) || (sp & 7) ||
+        (ot[0].sp & ~(uint64_t)7) != sp || ot[0].pc != r->reg[MLZ_REG_RIP] ||
+        (!(ot[0].sp & MLZ_UNWIND_TAIL_SP_RULE) && ot[0].bp != frame_bp(r)) || !tail_in_place(ot, 1, on, b))
+        return 0;
+    for (unsigned i = 0; i < on; i++)
+        pcs[i] = ot[i].pc;
+    c->tail_hits++;
+    c->same_as_saved = 1;
+    return on;
+}
+
 /* The walk. cur: a register state at pc cur->rip, exact if that pc is not a
  * return address. Frames are recorded before they are unwound. */
 static unsigned dwarf_walk(uint64_t *pcs, unsigned max, unsigned skip, mlz_unwind_regs *cur,
@@ -1012,7 +1035,9 @@ static unsigned dwarf_walk(uint64_t *pcs, unsigned max, unsigned skip, mlz_unwin
             memset(cache->e, 0, sizeof cache->e);
             cache->generation = gen;
             cache->tail_n = 0;
+            cache->tail_version++;
         }
+        cache->same_as_saved = 0;
         ot = cache->tail[cache->tail_cur & 1];
         nt = cache->tail[(cache->tail_cur & 1) ^ 1];
         on = cache->tail_n <= MLZ_UNWIND_TAIL ? cache->tail_n : 0;
@@ -1040,6 +1065,7 @@ static unsigned dwarf_walk(uint64_t *pcs, unsigned max, unsigned skip, mlz_unwin
                         pcs[n++] = ot[m].pc;
                     }
                     cache->tail_hits++;
+                    cache->same_as_saved = n - 1 == on - 1 && oj == 0;   /* met at both walks' first frame */
                     complete = 1;
                     break;
                 }
@@ -1095,6 +1121,8 @@ static unsigned dwarf_walk(uint64_t *pcs, unsigned max, unsigned skip, mlz_unwin
     if (nt && complete && n <= MLZ_UNWIND_TAIL) {
         cache->tail_cur = (cache->tail_cur & 1) ^ 1;
         cache->tail_n = n;
+        if (!cache->same_as_saved)
+            cache->tail_version++;
     }
     return n;
 }
@@ -1179,10 +1207,13 @@ __attribute__((noinline)) unsigned mlz_unwind_dwarf_cached(uint64_t *pcs, unsign
 unsigned mlz_unwind_dwarf_resume(uint64_t *pcs, unsigned max, const mlz_unwind_regs *regs,
                                  uint64_t stack_lo, uint64_t stack_hi, mlz_unwind_cache *cache)
 {
-    mlz_unwind_regs r = *regs;
     if (max == 0)
         return 0;
     bounds b = { stack_lo, stack_hi };
+    unsigned n;
+    if (cache && b.hi >= b.lo + 8 && (n = tail_whole(cache, regs, &b, pcs, max)))
+        return n;
+    mlz_unwind_regs r = *regs;
     return dwarf_walk(pcs, max, 0, &r, 0, b, cache);
 }
 

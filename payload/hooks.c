@@ -127,6 +127,33 @@ static unsigned capture(mlz_tls *t, uint64_t *pcs)
     return k;
 }
 
+/* The id of the caller's stack. A walk that gave exactly the frames the
+ * unwinder had saved (it met them at its first frame) has the id noted for
+ * them, if it was noted at their version and in this session: a loop that
+ * allocates from one place interns nothing (no hash, no probe of the
+ * shared table: 185 of 2327 instructions per malloc+free of exact mode on
+ * the churn, callgrind). */
+static uint32_t stack_id(mlz_tls *t)
+{
+    uint64_t pcs[MLZ_MAX_FRAMES];
+    mlz_unwind_cache *c = mlz__g.unwinder == MLZ_UNWIND_FP ? NULL : mlz__unwind_cache();
+    uint64_t v0 = c ? c->tail_version : 0;
+    if (c) c->same_as_saved = 0;
+    unsigned depth = capture(t, pcs);
+    if (c && c->same_as_saved && c->saved_id && c->saved_version == c->tail_version &&
+        c->saved_tag == mlz__g.session)
+        return c->saved_id;
+    uint32_t id = mlz_stacktab_intern(&mlz__g.stacks, pcs, depth);
+    /* These frames are the saved ones now (a new walk saved, or the same
+     * again): note their id. */
+    if (c && (c->tail_version != v0 || c->same_as_saved) && id != MLZ_STACK_TRUNCATED) {
+        c->saved_id = id;
+        c->saved_version = c->tail_version;
+        c->saved_tag = mlz__g.session;
+    }
+    return id;
+}
+
 /* The sampled allocation: reserve, record, publish. An ALLOC that could
  * not be recorded is no sample at all (the reservation is given back), so
  * no FREE can ever be recorded for it. */
@@ -134,9 +161,7 @@ static void record_alloc(mlz_tls *t, void *p, size_t n, uint64_t ts)
 {
     int64_t slot = mlz_heapmap_reserve(&mlz__g.map, (uint64_t)p);
     if (slot < 0) return;                       /* map full: counted there */
-    uint64_t pcs[MLZ_MAX_FRAMES];
-    unsigned depth = capture(t, pcs);
-    uint32_t id = mlz_stacktab_intern(&mlz__g.stacks, pcs, depth);
+    uint32_t id = stack_id(t);
     if (!mlz__push(MLZ_REC_ALLOC, ts, (uint64_t)p, n, id)) {
         mlz_heapmap_cancel(&mlz__g.map, slot);
         return;

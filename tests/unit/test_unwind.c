@@ -316,6 +316,8 @@ static void test_chain(void)
 
 static uint64_t g_rs[3][MAXF];
 static unsigned g_nrs[3];
+static uint64_t g_version[3];          /* tail_version after each walk */
+static int g_same[3];                  /* and same_as_saved */
 static mlz_unwind_cache g_rcache;
 
 /* What the payload's hooks do: the caller's rip, rsp and rbp from our frame
@@ -333,6 +335,8 @@ NOI static void resume_r3(void)
     for (int k = 0; k < 3; k++) {        /* cold cache, warm rules, warm rules and tail */
         if (k == 1) g_rcache.tail_n = 0;
         g_nrs[k] = mlz_unwind_dwarf_resume(g_rs[k], MAXF, &r, fp, hi, &g_rcache);
+        g_same[k] = g_rcache.same_as_saved;
+        g_version[k] = g_rcache.tail_version;
     }
     g_sink++;
 }
@@ -357,6 +361,10 @@ static void test_resume(void)
     }
     CHECK(g_rcache.hits > 0);
     CHECK_EQ_U64(g_rcache.tail_hits, 1);    /* the third walk: at its first frame */
+    /* Each full walk saved new frames; the third gave exactly the saved
+     * ones, so their version (what a caller noted of them) stands. */
+    CHECK(!g_same[0] && !g_same[1] && g_same[2]);
+    CHECK(g_version[0] >= 1 && g_version[1] == g_version[0] + 1 && g_version[2] == g_version[1]);
     CHECK_EQ_U64(mlz_unwind_dwarf_resume(g_rs[0], 0, &(mlz_unwind_regs){ 0 }, 0, 0, NULL), 0);
 }
 
@@ -635,8 +643,10 @@ static void test_tail_hits(void)
         tl_a2();
     }
     CHECK_EQ_U64(g_tail_bad, 0);
-    /* Every walk after the first meets the last one in this function. */
+    /* Every walk after the first meets the last one in this function, never
+     * at its first frame: each saves new frames. */
     CHECK(g_tcache.tail_hits >= 11);
+    CHECK(!g_tcache.same_as_saved && g_tcache.tail_version >= 12);
     CHECK(g_tcache.tail_n > 3);
 }
 
