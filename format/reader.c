@@ -12,13 +12,12 @@
  */
 #include "mlz_format.h"
 #include "codec_split.h"
+#include "worker.h"
 #include "varint.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <lz4.h>
-#include <pthread.h>
-#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -563,11 +562,7 @@ static int decode_split_at(const mlz_reader *r, mlz_split_codec *codec, uint8_t 
  * block k: decoding is about half of what stats and top spend. The thread
  * has its own decoder; taking its block swaps the two decoders. */
 struct read_ahead {
-    pthread_t thread;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    enum { AHEAD_IDLE, AHEAD_ASKED, AHEAD_DONE } state;
-    int quit;
+    mlz_worker w;
     const mlz_reader *r;
     mlz_split_codec *codec;
     uint8_t *zbuf;
@@ -577,34 +572,16 @@ struct read_ahead {
     mlz_error err;
 };
 
-static void *ahead_main(void *arg)
+static void ahead_job(void *arg)
 {
     read_ahead *a = arg;
-    pthread_mutex_lock(&a->mu);
-    for (;;) {
-        while (a->state != AHEAD_ASKED && !a->quit) pthread_cond_wait(&a->cv, &a->mu);
-        if (a->quit) break;
-        pthread_mutex_unlock(&a->mu);
-        int rc = decode_split_at(a->r, a->codec, &a->zbuf, &a->zbuf_cap, a->off, &a->next, &a->err);
-        pthread_mutex_lock(&a->mu);
-        a->rc = rc;
-        a->state = AHEAD_DONE;
-        pthread_cond_broadcast(&a->cv);
-    }
-    pthread_mutex_unlock(&a->mu);
-    return NULL;
+    a->rc = decode_split_at(a->r, a->codec, &a->zbuf, &a->zbuf_cap, a->off, &a->next, &a->err);
 }
 
 static void ahead_stop(read_ahead *a)
 {
     if (!a) return;
-    pthread_mutex_lock(&a->mu);
-    a->quit = 1;
-    pthread_cond_broadcast(&a->cv);
-    pthread_mutex_unlock(&a->mu);
-    pthread_join(a->thread, NULL);
-    pthread_mutex_destroy(&a->mu);
-    pthread_cond_destroy(&a->cv);
+    mlz_worker_stop(&a->w);
     mlz_split_free(a->codec);
     free(a->zbuf);
     free(a);
@@ -619,11 +596,7 @@ static read_ahead *ahead_start(const mlz_reader *r)
         return NULL;
     }
     a->r = r;
-    pthread_mutex_init(&a->mu, NULL);
-    pthread_cond_init(&a->cv, NULL);
-    if (pthread_create(&a->thread, NULL, ahead_main, a)) {
-        pthread_mutex_destroy(&a->mu);
-        pthread_cond_destroy(&a->cv);
+    if (mlz_worker_start(&a->w, ahead_job, a)) {
         mlz_split_free(a->codec);
         free(a);
         return NULL;
@@ -640,18 +613,14 @@ static void ahead_ask(mlz_reader *r, uint64_t off)
 {
     if (off >= r->stream_end || r->h.event_count < AHEAD_MIN_EVENTS) return;
     if (!r->ahead) {
-        cpu_set_t cpus;   /* the CPUs this process may run on, not the machine's */
-        if (r->ahead_failed || sched_getaffinity(0, sizeof cpus, &cpus) || CPU_COUNT(&cpus) < 2) return;
+        if (r->ahead_failed || !mlz_worker_two_cpus()) return;
         if (!(r->ahead = ahead_start(r))) {
             r->ahead_failed = 1;
             return;
         }
     }
-    pthread_mutex_lock(&r->ahead->mu);
-    r->ahead->off = off;
-    r->ahead->state = AHEAD_ASKED;
-    pthread_cond_broadcast(&r->ahead->cv);
-    pthread_mutex_unlock(&r->ahead->mu);
+    r->ahead->off = off;        /* the worker is idle: ahead_take waited for it */
+    mlz_worker_ask(&r->ahead->w);
 }
 
 /* The block at off if the thread was asked for it: waits for it and swaps
@@ -660,13 +629,7 @@ static void ahead_ask(mlz_reader *r, uint64_t off)
 static int ahead_take(mlz_reader *r, uint64_t off, uint64_t *next, mlz_error *err)
 {
     read_ahead *a = r->ahead;
-    if (!a) return 0;
-    pthread_mutex_lock(&a->mu);
-    while (a->state == AHEAD_ASKED) pthread_cond_wait(&a->cv, &a->mu);
-    int asked = a->state == AHEAD_DONE && a->off == off;
-    a->state = AHEAD_IDLE;
-    pthread_mutex_unlock(&a->mu);
-    if (!asked) return 0;
+    if (!a || !mlz_worker_wait(&a->w) || a->off != off) return 0;
     if (a->rc < 0) {
         if (err) *err = a->err;
         return -1;

@@ -13,13 +13,12 @@
  */
 #include "mlz_format.h"
 #include "codec_split.h"
+#include "worker.h"
 #include "varint.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <lz4.h>
-#include <pthread.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -236,11 +235,7 @@ static void block_done(mlz_writer *w)
  * own encoder; the caller's buffer and a second one of the same size take
  * turns. The bytes written are the same as the one-thread path's. */
 struct mlz_encode_behind {
-    pthread_t thread;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    enum { BEHIND_IDLE, BEHIND_ASKED, BEHIND_DONE } state;
-    int quit;
+    mlz_worker w;
     mlz_split_codec *codec;
     const uint8_t *raw;                 /* the block being encoded */
     size_t raw_len;
@@ -250,40 +245,24 @@ struct mlz_encode_behind {
     uint8_t *spare, *own;               /* the buffer the caller gets next; ours to free */
 };
 
-static void *behind_main(void *arg)
+static void behind_job(void *arg)
 {
     struct mlz_encode_behind *b = arg;
-    pthread_mutex_lock(&b->mu);
-    for (;;) {
-        while (b->state != BEHIND_ASKED && !b->quit) pthread_cond_wait(&b->cv, &b->mu);
-        if (b->quit) break;
-        pthread_mutex_unlock(&b->mu);
-        const uint8_t *out = NULL;
-        long n = mlz_split_encode(b->codec, b->raw, b->raw_len, &out);
-        pthread_mutex_lock(&b->mu);
-        b->out = out;
-        b->out_len = n;
-        b->state = BEHIND_DONE;
-        pthread_cond_broadcast(&b->cv);
-    }
-    pthread_mutex_unlock(&b->mu);
-    return NULL;
+    b->out_len = mlz_split_encode(b->codec, b->raw, b->raw_len, &b->out);
+}
+
+static void behind_free(struct mlz_encode_behind *b)
+{
+    mlz_split_free(b->codec);
+    free(b->own);
+    free(b);
 }
 
 static void behind_stop(mlz_writer *w)
 {
-    struct mlz_encode_behind *b = w->behind;
-    if (!b) return;
-    pthread_mutex_lock(&b->mu);
-    b->quit = 1;
-    pthread_cond_broadcast(&b->cv);
-    pthread_mutex_unlock(&b->mu);
-    pthread_join(b->thread, NULL);
-    pthread_mutex_destroy(&b->mu);
-    pthread_cond_destroy(&b->cv);
-    mlz_split_free(b->codec);
-    free(b->own);
-    free(b);
+    if (!w->behind) return;
+    mlz_worker_stop(&w->behind->w);
+    behind_free(w->behind);
     w->behind = NULL;
 }
 
@@ -291,25 +270,12 @@ static void behind_stop(mlz_writer *w)
  * if it cannot start (the caller then encodes every block itself). */
 static struct mlz_encode_behind *behind_start(mlz_writer *w)
 {
-    cpu_set_t cpus;   /* the CPUs this process may use, not the machine's */
-    if (w->behind_failed || sched_getaffinity(0, sizeof cpus, &cpus) || CPU_COUNT(&cpus) < 2) return NULL;
+    if (w->behind_failed || !mlz_worker_two_cpus()) return NULL;
     struct mlz_encode_behind *b = calloc(1, sizeof *b);
-    if (b && (!(b->codec = mlz_split_new(w->level)) || !(b->own = malloc(w->cap)))) {
-        mlz_split_free(b->codec);
-        free(b);
+    if (b && (!(b->codec = mlz_split_new(w->level)) || !(b->own = malloc(w->cap)) ||
+              mlz_worker_start(&b->w, behind_job, b))) {
+        behind_free(b);
         b = NULL;
-    }
-    if (b) {
-        pthread_mutex_init(&b->mu, NULL);
-        pthread_cond_init(&b->cv, NULL);
-        if (pthread_create(&b->thread, NULL, behind_main, b)) {
-            pthread_mutex_destroy(&b->mu);
-            pthread_cond_destroy(&b->cv);
-            mlz_split_free(b->codec);
-            free(b->own);
-            free(b);
-            b = NULL;
-        }
     }
     if (!b) {
         w->behind_failed = 1;
@@ -323,12 +289,7 @@ static struct mlz_encode_behind *behind_start(mlz_writer *w)
 static int behind_collect(mlz_writer *w)
 {
     struct mlz_encode_behind *b = w->behind;
-    pthread_mutex_lock(&b->mu);
-    while (b->state == BEHIND_ASKED) pthread_cond_wait(&b->cv, &b->mu);
-    int had = b->state == BEHIND_DONE;
-    b->state = BEHIND_IDLE;
-    pthread_mutex_unlock(&b->mu);
-    if (!had) return 0;
+    if (!mlz_worker_wait(&b->w)) return 0;
     if (b->out_len <= 0) return fail(w, -EIO);
     return write_block(w, b->out, (size_t)b->out_len, b->raw_off, b->base_us, b->first_event);
 }
@@ -353,22 +314,16 @@ static int encode_beside(mlz_writer *w)
 static int behind_hand(mlz_writer *w)
 {
     struct mlz_encode_behind *b = w->behind;
-    pthread_mutex_lock(&b->mu);
-    int busy = b->state == BEHIND_ASKED;
-    pthread_mutex_unlock(&b->mu);
-    if (busy) return encode_beside(w);
+    if (mlz_worker_busy(&b->w)) return encode_beside(w);
     int rc = behind_collect(w);
     if (rc) return rc;
     uint8_t *next = b->spare;
-    pthread_mutex_lock(&b->mu);
     b->raw = w->buf;
     b->raw_len = w->len;
     b->raw_off = w->raw_len;
     b->base_us = w->block_base_us;
     b->first_event = w->block_first_event;
-    b->state = BEHIND_ASKED;
-    pthread_cond_broadcast(&b->cv);
-    pthread_mutex_unlock(&b->mu);
+    mlz_worker_ask(&b->w);
     b->spare = w->buf;
     w->buf = next;
     block_done(w);

@@ -320,17 +320,23 @@ static uint64_t g_version[3];          /* tail_version after each walk */
 static int g_same[3];                  /* and same_as_saved */
 static mlz_unwind_cache g_rcache;
 
-/* What the payload's hooks do: the caller's rip, rsp and rbp from our frame
- * record, rbx and r12-r15 unknown; the cached walk from there. */
+/* What the payload's hooks do: the caller's rip, rsp and rbp from the
+ * frame record at fp, rbx and r12-r15 unknown. */
+static void caller_regs(uint64_t fp, mlz_unwind_regs *r)
+{
+    memset(r, 0, sizeof *r);
+    r->reg[MLZ_REG_RIP] = ((uint64_t *)(uintptr_t)fp)[1];
+    r->reg[MLZ_REG_RSP] = fp + 16;
+    r->reg[MLZ_REG_RBP] = ((uint64_t *)(uintptr_t)fp)[0];
+    r->valid = 1u << MLZ_REG_RIP | 1u << MLZ_REG_RSP | 1u << MLZ_REG_RBP;
+}
+
+/* The cached walk from our caller's frame, as the hooks walk. */
 NOI static void resume_r3(void)
 {
     uint64_t hi = main_hi(), fp = (uint64_t)(uintptr_t)__builtin_frame_address(0);
     mlz_unwind_regs r;
-    memset(&r, 0, sizeof r);
-    r.reg[MLZ_REG_RIP] = ((uint64_t *)(uintptr_t)fp)[1];
-    r.reg[MLZ_REG_RSP] = fp + 16;
-    r.reg[MLZ_REG_RBP] = ((uint64_t *)(uintptr_t)fp)[0];
-    r.valid = 1u << MLZ_REG_RIP | 1u << MLZ_REG_RSP | 1u << MLZ_REG_RBP;
+    caller_regs(fp, &r);
     g_ndw = mlz_unwind_dwarf_bounded(g_dw, MAXF, 0, hi);
     for (int k = 0; k < 3; k++) {        /* cold cache, warm rules, warm rules and tail */
         if (k == 1) g_rcache.tail_n = 0;
@@ -673,11 +679,7 @@ NOI static void stale_r3(void)
 {
     uint64_t hi = main_hi(), fp = (uint64_t)(uintptr_t)__builtin_frame_address(0);
     mlz_unwind_regs r;
-    memset(&r, 0, sizeof r);
-    r.reg[MLZ_REG_RIP] = ((uint64_t *)(uintptr_t)fp)[1];
-    r.reg[MLZ_REG_RSP] = fp + 16;
-    r.reg[MLZ_REG_RBP] = ((uint64_t *)(uintptr_t)fp)[0];
-    r.valid = 1u << MLZ_REG_RIP | 1u << MLZ_REG_RSP | 1u << MLZ_REG_RBP;
+    caller_regs(fp, &r);
     memset(&g_tcache, 0, sizeof g_tcache);
     g_ntw[0] = mlz_unwind_dwarf_resume(g_tw[0], MAXF, &r, fp, hi, &g_tcache);   /* leaves its tail */
     uint64_t *slot = ra_slot_of(&r, fp, hi, 2);
