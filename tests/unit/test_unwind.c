@@ -520,6 +520,7 @@ static void capture_cached(void)
     g_ndw = mlz_unwind_dwarf_bounded(g_dw, MAXF, 0, hi);
     g_nc1 = mlz_unwind_dwarf_cached(g_c1, MAXF, 0, hi, &g_cache);      /* fills */
     uint64_t m = g_cache.misses;
+    g_cache.tail_n = 0;          /* the rules alone: no saved walk to finish with */
     g_nc2 = mlz_unwind_dwarf_cached(g_c2, MAXF, 0, hi, &g_cache);      /* hits */
     g_miss2 = g_cache.misses - m;
 }
