@@ -332,6 +332,13 @@ static int seen_has(const mlz_reader *r, uint64_t id)
     return id < (uint64_t)UINT32_MAX && byte < r->seen_bytes && (r->seen[byte] >> (id % 8)) & 1;
 }
 
+/* Whether an ALLOC may name this stack: in a spool, a STACK_RAW before it
+ * defined it; in a trace, the metadata's stack_traces. */
+static int stack_known(const mlz_reader *r, uint64_t id)
+{
+    return r->spool ? seen_has(r, id) : mlz_meta_stack(&r->meta, id) != NULL;
+}
+
 enum { NEED_MORE = 0 };
 
 #define GETV(dst) do { \
@@ -398,7 +405,7 @@ static int parse_event(mlz_reader *r, const uint8_t *p, const uint8_t *end,
         GETV(ev->size);
         GETV(ev->stack_id);
         NEED(2); ev->thread = mlz_get_u16(p + n); n += 2;
-        if (r->spool ? !seen_has(r, ev->stack_id) : !mlz_meta_stack(&r->meta, ev->stack_id))
+        if (!stack_known(r, ev->stack_id))
             return mlz__error_set(err, MLZ_RULE_REFERENCE, off, "ALLOC names stack %llu, which is not in %s",
                           (unsigned long long)ev->stack_id, r->spool ? "a preceding STACK_RAW event" : "stack_traces");
         break;
@@ -462,7 +469,7 @@ static inline int parse_common(const mlz_reader *r, const uint8_t *p, uint64_t o
         if (varint_in(&q, &ev->size) || varint_in(&q, &ev->stack_id)) return 0;
         ev->thread = mlz_get_u16(q);
         q += 2;
-        if (r->spool ? !seen_has(r, ev->stack_id) : !mlz_meta_stack(&r->meta, ev->stack_id)) return 0;
+        if (!stack_known(r, ev->stack_id)) return 0;
     } else {
         ev->size = ev->stack_id = 0;
         ev->thread = 0;
@@ -832,7 +839,7 @@ static int check_stacks(mlz_reader *r, const mlz_split_cols *c, mlz_error *err)
         uint64_t id = c->a_stack[i];
         if (id == last && last_ok) continue;
         last = id;
-        last_ok = r->spool ? seen_has(r, id) : mlz_meta_stack(&r->meta, id) != NULL;
+        last_ok = stack_known(r, id);
         if (!last_ok)
             return mlz__error_set(err, MLZ_RULE_REFERENCE, r->block_off, "ALLOC names stack %llu, which is not in %s",
                           (unsigned long long)id, r->spool ? "a preceding STACK_RAW event" : "stack_traces");
