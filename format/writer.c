@@ -294,27 +294,11 @@ static int behind_collect(mlz_writer *w)
     return write_block(w, b->out, (size_t)b->out_len, b->raw_off, b->base_us, b->first_event);
 }
 
-/* The buffered block, when the thread is still encoding the one before:
- * encoded here meanwhile (both CPUs encode), then both written in order. */
-static int encode_beside(mlz_writer *w)
-{
-    const uint8_t *blk;
-    long n = mlz_split_encode(w->split, w->buf, w->len, &blk);
-    int rc = behind_collect(w);
-    if (rc) return rc;
-    if (n <= 0) return fail(w, -EIO);
-    if ((rc = write_block(w, blk, (size_t)n, w->raw_len, w->block_base_us, w->block_first_event))) return rc;
-    block_done(w);
-    return 0;
-}
-
 /* With the thread free: writes the block it finished, if any, hands it the
- * buffered one and takes the other buffer. With the thread busy (blocks
- * fill faster than they encode), encode_beside. */
+ * buffered one and takes the other buffer. */
 static int behind_hand(mlz_writer *w)
 {
     struct mlz_encode_behind *b = w->behind;
-    if (mlz_worker_busy(&b->w)) return encode_beside(w);
     int rc = behind_collect(w);
     if (rc) return rc;
     uint8_t *next = b->spare;
@@ -345,8 +329,16 @@ static int flush(mlz_writer *w, int last)
     const uint8_t *blk;
     size_t blen;
     if (w->split) {
-        if (w->behind || (!last && behind_start(w))) return behind_hand(w);
+        /* The thread free: it takes this block. Still encoding the one
+         * before (blocks fill faster than they encode): this one is
+         * encoded here meanwhile, and written after that one. */
+        int beside = 0;
+        if (w->behind || (!last && behind_start(w))) {
+            if (!mlz_worker_busy(&w->behind->w)) return behind_hand(w);
+            beside = 1;
+        }
         long n = mlz_split_encode(w->split, w->buf, w->len, &blk);
+        if (beside && (rc = behind_collect(w))) return rc;
         if (n <= 0) return fail(w, -EIO);
         blen = (size_t)n;
     } else {
