@@ -982,21 +982,33 @@ __attribute__((no_sanitize_address)) static int tail_in_place(const mlz_unwind_f
     return 1;
 }
 
-/* The whole saved walk, when a walk would start at its first frame and
- * every later return address is still in place: pcs filled, its length
- * returned (0: walk instead). Nothing is saved anew: the frames are the
- * same. The common case of exact mode, a loop allocating from one place. */
+/* Whether a walk that has n frames, the last at (pc, sp, bp), may end with
+ * the saved walk's frames after its frame j (on frames in all, at most max
+ * in the walk): frame j is this one (the same pc and sp, and rbp unless its
+ * CFA is sp + offset) and every frame after it is still in place. */
+static inline __attribute__((always_inline)) int tail_meets(const mlz_unwind_frame *ot, unsigned j,
+                                                          unsigned on, uint64_t pc, uint64_t sp,
+                                                          uint64_t bp, unsigned n, unsigned max,
+                                                          const bounds *b)
+{
+    return j < on && !(sp & 7) && (ot[j].sp & ~(uint64_t)7) == sp && ot[j].pc == pc &&
+           ((ot[j].sp & MLZ_UNWIND_TAIL_SP_RULE) || ot[j].bp == bp) && n + (on - j - 1) <= max &&
+           tail_in_place(ot, j + 1, on, b);
+}
+
+/* The whole saved walk, when a walk would start at its first frame: pcs
+ * filled, its length returned (0: walk instead). Nothing is saved anew:
+ * the frames are the same. The common case of exact mode, a loop
+ * allocating from one place. */
 static unsigned tail_whole(mlz_unwind_cache *c, const mlz_unwind_regs *r, const bounds *b,
                            uint64_t *pcs, unsigned max)
 {
     c->same_as_saved = 0;
     unsigned on = c->tail_n;
     const mlz_unwind_frame *ot = c->tail[c->tail_cur & 1];
-    uint64_t sp = r->reg[MLZ_REG_RSP];
-    if (on == 0 || on > max || on > MLZ_UNWIND_TAIL || c->generation != mlz_modtab_generation() ||
-        (~r->valid & (REG_BIT(MLZ_REG_RIP) | REG_BIT(MLZ_REG_RSP))) || (sp & 7) ||
-        (ot[0].sp & ~(uint64_t)7) != sp || ot[0].pc != r->reg[MLZ_REG_RIP] ||
-        (!(ot[0].sp & MLZ_UNWIND_TAIL_SP_RULE) && ot[0].bp != frame_bp(r)) || !tail_in_place(ot, 1, on, b))
+    if (on > MLZ_UNWIND_TAIL || c->generation != mlz_modtab_generation() ||
+        (~r->valid & (REG_BIT(MLZ_REG_RIP) | REG_BIT(MLZ_REG_RSP))) ||
+        !tail_meets(ot, 0, on, r->reg[MLZ_REG_RIP], r->reg[MLZ_REG_RSP], frame_bp(r), 1, max, b))
         return 0;
     for (unsigned i = 0; i < on; i++)
         pcs[i] = ot[i].pc;
@@ -1056,16 +1068,14 @@ static unsigned dwarf_walk(uint64_t *pcs, unsigned max, unsigned skip, mlz_unwin
                  * frames are this walk's, if still in place. */
                 while (oj < on && (ot[oj].sp & ~(uint64_t)7) < sp)
                     oj++;
-                if (oj < on && (ot[oj].sp & ~(uint64_t)7) == sp && ot[oj].pc == pc &&
-                    ((ot[oj].sp & MLZ_UNWIND_TAIL_SP_RULE) || ot[oj].bp == bp) &&
-                    !(sp & 7) && n + (on - oj - 1) <= max && tail_in_place(ot, oj + 1, on, &b)) {
+                if (tail_meets(ot, oj, on, pc, sp, bp, n, max, &b)) {
                     nt[n - 1].sp |= ot[oj].sp & MLZ_UNWIND_TAIL_SP_RULE;    /* same pc, same rule */
+                    cache->same_as_saved = n == 1 && oj == 0;   /* met at both walks' first frame */
                     for (unsigned m = oj + 1; m < on; m++) {
                         nt[n] = ot[m];
                         pcs[n++] = ot[m].pc;
                     }
                     cache->tail_hits++;
-                    cache->same_as_saved = n - 1 == on - 1 && oj == 0;   /* met at both walks' first frame */
                     complete = 1;
                     break;
                 }
