@@ -22,10 +22,12 @@
 #include "mlz_format.h"
 #include "proc.h"
 #include "varint.h"
+#include "worker.h"
 
 #include <errno.h>
 #include <jansson.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -222,6 +224,10 @@ static int settle_entry(pid_t pid, const struct memlyze_info *in, uint64_t at, c
     return 1;
 }
 
+/* Entries the scan makes room for at once (512 MiB of address space at
+ * most); a bigger map grows the array beyond that as it fills. */
+#define MAX_PRESIZED (1u << 24)
+
 /* One scan of the heap map: what it reads and what it found. */
 typedef struct map_scan {
     pid_t pid;
@@ -240,10 +246,13 @@ static void scan_map(map_scan *s)
 {
     size_t esz = s->in->entry_size, per = (4u << 20) / esz;
     uint8_t *slots = malloc(per * esz);
-    s->cap = 4096;
-    s->live = malloc(s->cap * sizeof *s->live);
-    if (!slots || !s->live) s->rc = -1;
     size_t cap = (size_t)s->g->mask + 1;
+    /* Room for the whole map up front, touched only as entries come:
+     * growing by realloc copied the array and faulted its pages again
+     * (a fifth of the scan at 10^6 entries). */
+    s->cap = cap < MAX_PRESIZED ? cap : MAX_PRESIZED;
+    s->live = big_alloc(s->cap * sizeof *s->live);
+    if (!slots || !s->live) s->rc = -1;
     for (size_t i = 0; !s->rc && i < cap; i++) {
         if (i % per == 0) {
             size_t cnt = cap - i < per ? cap - i : per;
@@ -354,6 +363,63 @@ static int read_stacks(pid_t pid, const struct memlyze_info *in, const live_glob
     return rc;
 }
 
+/* Symbolizing a snapshot is mostly loading the modules' symbols and DWARF
+ * (a distribution's debug files are compressed: inflating libc's alone
+ * takes ~50 ms). None of that needs the heap map, so a second thread does
+ * it while the map is read: for the modules that the stacks of the
+ * payload's table lead to, from up to WARM_STACKS of them spread over the
+ * table. A module it missed is loaded when a frame needs it, as before. */
+#define WARM_STACKS 4096
+
+typedef struct live_warm {
+    pthread_t thread;
+    pid_t pid;
+    struct memlyze_info in;
+    live_globals g;
+    const mlz_raw_module *mods;   /* h's: freed only after the join */
+    size_t nmods;
+    symbolizer *sym;
+    int joined;
+} live_warm;
+
+static void *warm_main(void *arg)
+{
+    live_warm *w = arg;
+    uint64_t pcs[256], n = w->g.next_id, step = n / WARM_STACKS + 1;
+    w->sym = mlz_symbolizer_for(w->mods, w->nmods);
+    for (uint64_t id = 1; w->sym && id < n; id += step) {
+        int depth = read_stack(w->pid, &w->in, &w->g, id, pcs);
+        for (int i = 0; i < depth; i++) sym_warm(w->sym, pcs[i]);
+    }
+    return NULL;
+}
+
+static void start_warm(pid_t pid, const struct memlyze_info *in, const live_globals *g, mlz_live_heap *h)
+{
+    if (!mlz_worker_two_cpus()) return;   /* on one CPU it would only interleave */
+    live_warm *w = calloc(1, sizeof *w);
+    if (!w) return;
+    *w = (live_warm){ .pid = pid, .in = *in, .g = *g, .mods = h->mods, .nmods = h->nmods };
+    /* Signals stay the caller's: the thread starts with all blocked. */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &old);
+    int rc = pthread_create(&w->thread, NULL, warm_main, w);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc) { free(w); return; }
+    h->warm = w;
+}
+
+/* The warmed symbolizer (still h's), or NULL: symbolize from scratch. */
+static symbolizer *warm_result(mlz_live_heap *h)
+{
+    live_warm *w = h->warm;
+    if (!w) return NULL;
+    if (!w->joined) pthread_join(w->thread, NULL);
+    w->joined = 1;
+    return w->sym;
+}
+
 /* The process's modules, for symbolization; h owns them. */
 static int copy_modules(pid_t pid, mlz_live_heap *h, char *err, size_t errlen)
 {
@@ -375,7 +441,7 @@ static int copy_modules(pid_t pid, mlz_live_heap *h, char *err, size_t errlen)
     return 0;
 }
 
-int mlz_live_read(pid_t pid, mlz_live_heap *h, char *err, size_t errlen)
+int mlz_live_read(pid_t pid, mlz_live_heap *h, int symbolize, char *err, size_t errlen)
 {
     struct memlyze_info in;
     live_globals g = { 0 };
@@ -384,6 +450,7 @@ int mlz_live_read(pid_t pid, mlz_live_heap *h, char *err, size_t errlen)
     int rc = find_payload(pid, &in, err, errlen);
     if (!rc) rc = copy_modules(pid, h, err, errlen);
     if (!rc) rc = read_globals(pid, &in, &g, err, errlen);
+    if (!rc && symbolize) start_warm(pid, &in, &g, h);
     if (!rc) rc = copy_map(pid, &in, &g, h, err, errlen);
     if (!rc && read_stacks(pid, &in, &g, h)) rc = errbuf_set(err, errlen, "out of memory");
     if (rc) {
@@ -399,6 +466,11 @@ int mlz_live_read(pid_t pid, mlz_live_heap *h, char *err, size_t errlen)
 
 void mlz_live_free(mlz_live_heap *h)
 {
+    if (h->warm) {
+        symbolizer *sym = warm_result(h);
+        if (sym) sym_free(sym);
+        free(h->warm);
+    }
     for (size_t i = 0; h->stacks && i < h->nstacks; i++) free(h->stacks[i].pcs);
     free(h->stacks);
     free(h->pm);
@@ -450,7 +522,8 @@ int mlz_live_meta(mlz_live_heap *h, mlz_raw_stack *stacks, size_t nstacks, char 
     }
     json_object_set_new(root, "functions", fns);
     if (h->extra) json_object_update(root, (json_t *)h->extra);
-    int rc = mlz_symbolized_meta(stacks, nstacks, h->mods, h->nmods, root, "snapshot", meta, ml, err, errlen);
+    int rc = mlz_symbolized_meta(stacks, nstacks, h->mods, h->nmods, warm_result(h), root, "snapshot", meta, ml,
+                                 err, errlen);
     json_decref(root);
     return rc;
 }
@@ -512,7 +585,7 @@ int mlz_snapshot_meta(pid_t pid, const char *out, int compress, void *extra, sna
 {
     mlz_live_heap h;
     memset(st, 0, sizeof *st);
-    if (mlz_live_read(pid, &h, err, errlen)) return -1;
+    if (mlz_live_read(pid, &h, 1, err, errlen)) return -1;
     h.extra = extra;
     int rc = seen ? seen(h.obj, h.nobj, seen_arg, err, errlen) : 0;
     if (!rc) rc = mlz_live_write(&h, out, compress, err, errlen);

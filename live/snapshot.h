@@ -44,12 +44,15 @@ typedef struct mlz_live_heap {
     struct mlz_proc_module *pm;   /* owns the modules' paths */
     void *extra;              /* a jansson object whose keys join the metadata, or NULL */
     snapshot_stats st;
+    struct live_warm *warm;   /* the thread loading symbols meanwhile, or NULL */
 } mlz_live_heap;
 
 /* Reads the live samples without stopping the process. 0; -2 when the
  * process is gone or memlyze is not (or no longer) attached; -1 for any
- * other failure; both with a one-line reason. */
-int  mlz_live_read(pid_t pid, mlz_live_heap *h, char *err, size_t errlen);
+ * other failure; both with a one-line reason. symbolize: h will be
+ * written (mlz_live_write), so with two CPUs a second thread loads the
+ * modules' symbols while the heap map is read. */
+int  mlz_live_read(pid_t pid, mlz_live_heap *h, int symbolize, char *err, size_t errlen);
 /* The .mlyze metadata (symbolized like finalize does) of some of h's
  * stacks, malloc'd in *meta. 0 or -1 with a reason. */
 int  mlz_live_meta(mlz_live_heap *h, mlz_raw_stack *stacks, size_t nstacks, char **meta, size_t *len,

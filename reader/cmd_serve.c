@@ -62,7 +62,7 @@ static int take_snapshot(sv_state *s, char *msg, size_t len)
 {
     mlz_live_heap h;
     char err[512], path[128], name[96];
-    int rc = mlz_live_read(s->pid, &h, err, sizeof err);
+    int rc = mlz_live_read(s->pid, &h, 1, err, sizeof err);
     if (rc) {
         snprintf(msg, len, "snapshot of process %d: %s", (int)s->pid, err);
         return rc == -2 ? 410 : 500;

@@ -44,7 +44,7 @@ static int run(int argc, char **argv)
     } else {
         /* memlyze.PID.N.mlyze: the first N not taken; never overwrite. */
         mlz_live_heap h;
-        rc = mlz_live_read((pid_t)pid, &h, err, sizeof err) ? -1 : 0;
+        rc = mlz_live_read((pid_t)pid, &h, 1, err, sizeof err) ? -1 : 0;
         if (!rc) {
             rc = mlz_live_write_new(&h, compress, name, sizeof name, err, sizeof err);
             st = h.st;

@@ -164,7 +164,7 @@ static void set_baseline(watch *w)
 static int refresh_once(watch *w, char *err, size_t errlen)
 {
     mlz_live_heap h;
-    int rc = mlz_live_read(w->pid, &h, err, errlen);
+    int rc = mlz_live_read(w->pid, &h, 0, err, errlen);
     if (rc) return rc;
     if (learn_stacks(w, &h, err, errlen)) { mlz_live_free(&h); return -1; }
     uint64_t base = h.rate ? h.rate : 1;

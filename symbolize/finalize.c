@@ -50,6 +50,7 @@ typedef struct fin {
     size_t *mod_first;
     char *exec_rec;           /* the current segment's last EXEC record, or NULL */
     uint64_t exec_t;          /* and its time */
+    symbolizer *given;        /* the caller's, for a single image; or NULL */
 } fin;
 
 int mlz_encoding_parse(const char *name)
@@ -275,12 +276,9 @@ static int make_meta(fin *f, json_t *root, json_t *images, const char *const *na
     if (!syms) return errbuf_set(err, errlen, "out of memory");
     int rc = -1;
     for (uint32_t s = 0; s < nseg; s++) {
-        if (!(syms[s] = sym_new())) { errbuf_set(err, errlen, "cannot start libdw"); goto out; }
         size_t lo = f->mod_first ? f->mod_first[s] : 0, hi = f->mod_first ? f->mod_first[s + 1] : f->nmods;
-        for (size_t i = lo; i < hi; i++)
-            sym_add_module(syms[s], f->mods[i].path, f->mods[i].start, f->mods[i].size, f->mods[i].bias,
-                           f->mods[i].build_id, f->mods[i].blen);
-        sym_ready(syms[s]);
+        syms[s] = f->given && nseg == 1 ? f->given : mlz_symbolizer_for(f->mods + lo, hi - lo);
+        if (!syms[s]) { errbuf_set(err, errlen, "cannot start libdw"); goto out; }
     }
     size_t cap = 1 << 20;
     for (;;) {
@@ -294,15 +292,26 @@ static int make_meta(fin *f, json_t *root, json_t *images, const char *const *na
     }
 out:
     for (uint32_t s = 0; s < nseg; s++)
-        if (syms[s]) sym_free(syms[s]);
+        if (syms[s] && syms[s] != f->given) sym_free(syms[s]);
     free(syms);
     return rc;
 }
 
-int mlz_symbolized_meta(mlz_raw_stack *stacks, size_t nstacks, mlz_raw_module *mods, size_t nmods,
-                        json_t *root, const char *kind, char **meta, size_t *len, char *err, size_t errlen)
+symbolizer *mlz_symbolizer_for(const mlz_raw_module *mods, size_t nmods)
 {
-    fin f = { .stacks = stacks, .nstacks = nstacks, .mods = mods, .nmods = nmods };
+    symbolizer *s = sym_new();
+    if (!s) return NULL;
+    for (size_t i = 0; i < nmods; i++)
+        sym_add_module(s, mods[i].path, mods[i].start, mods[i].size, mods[i].bias, mods[i].build_id, mods[i].blen);
+    sym_ready(s);
+    return s;
+}
+
+int mlz_symbolized_meta(mlz_raw_stack *stacks, size_t nstacks, mlz_raw_module *mods, size_t nmods,
+                        symbolizer *sym, json_t *root, const char *kind, char **meta, size_t *len,
+                        char *err, size_t errlen)
+{
+    fin f = { .stacks = stacks, .nstacks = nstacks, .mods = mods, .nmods = nmods, .given = sym };
     f.files = json_object();
     f.funcs = json_object();
     int rc = f.files && f.funcs ? make_meta(&f, root, NULL, NULL, 0, NULL, kind, meta, len, err, errlen)

@@ -5,6 +5,8 @@
 #ifndef MLZ_FINALIZE_H
 #define MLZ_FINALIZE_H
 
+#include "symbolize.h"
+
 #include <jansson.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -53,11 +55,17 @@ typedef struct mlz_fin_summary {
 int mlz_finalize_segments(const char *const *spools, size_t n, const char *out, const char *kind,
                           int encoding, int replace, mlz_fin_summary *sum, char *err, size_t errlen);
 
+/* A symbolizer for the modules of one image (sym_free it), or NULL. */
+symbolizer *mlz_symbolizer_for(const mlz_raw_module *mods, size_t nmods);
+
 /* The metadata for stacks and modules already in memory (memlyze
  * snapshot): symbolized like mlz_finalize does; root supplies the copied
  * keys (rate, pid, exe, cmdline, clock, memlyze) and "functions" (marker
- * names, kept under their ids). *meta is malloc'd. 0 or -1 with err. */
+ * names, kept under their ids). sym: a symbolizer for mods made by
+ * mlz_symbolizer_for (and still the caller's), or NULL for a new one.
+ * *meta is malloc'd. 0 or -1 with err. */
 int mlz_symbolized_meta(mlz_raw_stack *stacks, size_t nstacks, mlz_raw_module *mods, size_t nmods,
-                        json_t *root, const char *kind, char **meta, size_t *len, char *err, size_t errlen);
+                        symbolizer *sym, json_t *root, const char *kind, char **meta, size_t *len,
+                        char *err, size_t errlen);
 
 #endif

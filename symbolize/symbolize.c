@@ -25,6 +25,7 @@ typedef struct sym_module {
     char *path;
     uint64_t start, end, bias;
     Dwfl_Module *mod;         /* NULL: unresolvable */
+    int warm;                 /* sym_warm loaded it */
 } sym_module;
 
 struct symbolizer {
@@ -207,6 +208,16 @@ int sym_resolve(symbolizer *s, uint64_t pc, sym_frame *out, int max, int *module
     }
     out[n++] = (sym_frame){ fn, file, (unsigned)line, 0 };
     return n;
+}
+
+void sym_warm(symbolizer *s, uint64_t pc)
+{
+    size_t i;
+    if (!find_module(s, pc, &i) || !s->mods[i].mod || s->mods[i].warm) return;
+    s->mods[i].warm = 1;
+    Dwarf_Addr bias;
+    dwfl_module_getsymtab(s->mods[i].mod);
+    dwfl_module_getdwarf(s->mods[i].mod, &bias);
 }
 
 void sym_free(symbolizer *s)

@@ -26,6 +26,10 @@ void sym_ready(symbolizer *s);
 /* Frames for one return address, innermost inline first; the count. Also
  * the module's index (-1 if none) and the address relative to its bias. */
 int  sym_resolve(symbolizer *s, uint64_t pc, sym_frame *out, int max, int *module, uint64_t *rel);
+/* Loads now what resolving pc will need: its module's symbol table and
+ * DWARF (decompressed, for a debug file whose sections are). Resolving
+ * does it on first use anyway; this lets another thread do it ahead. */
+void sym_warm(symbolizer *s, uint64_t pc);
 void sym_free(symbolizer *s);
 void sym_hex(const uint8_t *b, size_t n, char *out);
 

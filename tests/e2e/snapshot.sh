@@ -32,6 +32,29 @@ for n in 1 2 3; do
     done
 done
 check "snapshot is of kind snapshot" bash -c "'$MEMLYZE' stats '$T/snap1.mlyze' | grep -q 'kind: *snapshot'"
+# With two CPUs a second thread loads the symbols while the map is read;
+# on one it is not started. The frames (function, file:line, inlines) of
+# every exact site must be the same either way.
+frames() {
+    python3 -c "
+import json; d=json.load(open('$1'))
+for s in sorted(d['sites'], key=lambda s: s['frames'][0]):
+    if s['frames'][0].split(' ')[0] in ('site_16', 'site_4k', 'site_64k', 'site_1m'): print(s['frames'])"
+}
+if [ "$(nproc)" -ge 2 ]; then
+    strace -f -qq -e trace=clone,clone3 -o "$T/two.strace" "$MEMLYZE" snapshot -q -o "$T/two.mlyze" "$HPID"
+    check "two CPUs: symbols load on a second thread" grep -q clone "$T/two.strace"
+    strace -f -qq -e trace=clone,clone3 -o "$T/one.strace" taskset -c 0 "$MEMLYZE" snapshot -q -o "$T/one.mlyze" "$HPID"
+    check "one CPU: no second thread" bash -c "! grep -q clone '$T/one.strace'"
+    "$MEMLYZE" top --json -n 50 "$T/two.mlyze" > "$T/two.json"
+    "$MEMLYZE" top --json -n 50 "$T/one.mlyze" > "$T/one.json"
+    frames "$T/one.json" > "$T/one.frames"
+    frames "$T/two.json" > "$T/two.frames"
+    check "symbolized alike with and without the second thread" \
+        bash -c "[ \$(wc -l < '$T/one.frames') -eq 4 ] && cmp '$T/one.frames' '$T/two.frames'"
+else
+    skip "symbols on a second thread" "one CPU"
+fi
 cd "$T"
 "$MEMLYZE" snapshot -q "$HPID" && "$MEMLYZE" snapshot -q "$HPID"
 check "default names count up, never overwrite" test -s "memlyze.$HPID.1.mlyze" -a -s "memlyze.$HPID.2.mlyze"
