@@ -30,6 +30,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -368,7 +369,10 @@ static int read_stacks(pid_t pid, const struct memlyze_info *in, const live_glob
  * takes ~50 ms). None of that needs the heap map, so a second thread does
  * it while the map is read: for the modules that the stacks of the
  * payload's table lead to, from up to WARM_STACKS of them spread over the
- * table. A module it missed is loaded when a frame needs it, as before. */
+ * table. A module it missed is loaded when a frame needs it, as before.
+ * When the map is read first, the thread is told to stop: the caller then
+ * waits at most for the module being loaded, never for modules that only
+ * old stacks lead to. */
 #define WARM_STACKS 4096
 
 typedef struct live_warm {
@@ -379,6 +383,7 @@ typedef struct live_warm {
     const mlz_raw_module *mods;   /* h's: freed only after the join */
     size_t nmods;
     symbolizer *sym;
+    _Atomic int stop;                 /* the caller needs the symbolizer now */
     int joined;
 } live_warm;
 
@@ -387,9 +392,10 @@ static void *warm_main(void *arg)
     live_warm *w = arg;
     uint64_t pcs[256], n = w->g.next_id, step = n / WARM_STACKS + 1;
     w->sym = mlz_symbolizer_for(w->mods, w->nmods);
-    for (uint64_t id = 1; w->sym && id < n; id += step) {
+    for (uint64_t id = 1; w->sym && id < n && !atomic_load_explicit(&w->stop, memory_order_relaxed); id += step) {
         int depth = read_stack(w->pid, &w->in, &w->g, id, pcs);
-        for (int i = 0; i < depth; i++) sym_warm(w->sym, pcs[i]);
+        for (int i = 0; i < depth && !atomic_load_explicit(&w->stop, memory_order_relaxed); i++)
+            sym_warm(w->sym, pcs[i]);
     }
     return NULL;
 }
@@ -415,6 +421,7 @@ static symbolizer *warm_result(mlz_live_heap *h)
 {
     live_warm *w = h->warm;
     if (!w) return NULL;
+    atomic_store_explicit(&w->stop, 1, memory_order_relaxed);
     if (!w->joined) pthread_join(w->thread, NULL);
     w->joined = 1;
     return w->sym;
