@@ -17,6 +17,7 @@ pkgs=(
   redis-server redis-tools  # attach/snapshot tests against a real server under load
   bc                # benchmark scripts
   strace            # the injector test that refuses an already-traced process
+  valgrind          # the reader under memcheck: no memory error, no leak (e2e/reader_valgrind.sh)
   libc6-dbg         # glibc's lock layout from debug info (the injector checks it against its table)
   lldb              # the lldb commands' tests
   protobuf-compiler # checks pprof exports against the published profile.proto
