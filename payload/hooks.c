@@ -281,10 +281,13 @@ void *mlz_hook_malloc(size_t n)
 }
 
 /* Both ways out are tail calls, so the hook needs no stack frame of its
- * own (nothing unwinds through it: only allocations record stacks). */
+ * own (nothing unwinds through it: only allocations record stacks). A block
+ * of the preload library's boot arena (preload.c; the filter holds them all)
+ * is never the real free's. */
 static MLZ_COLD MLZ_NOINLINE void free_slow_then_free(void *p)
 {
     mlz__free_slow(p);
+    if (&mlz__boot_block && mlz__boot_block(p)) return;
     mlz__g.real.free(p);
 }
 

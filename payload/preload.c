@@ -5,7 +5,11 @@
  *
  * The real functions come from dlsym(RTLD_NEXT), resolved at the first
  * allocation. dlsym may itself allocate; while it runs, those requests are
- * served from a small static arena whose blocks are never freed.
+ * served from a small static arena whose blocks are never freed. Each is
+ * added to the Bloom filter (and to every filter attach installs later), so
+ * a free of one takes the hooks' slow path, which keeps it from the real
+ * free (mlz__boot_block): the exported free itself tests nothing (a load
+ * and a branch there cost 2-3% of a malloc/free pair).
  */
 #include "payload.h"
 
@@ -18,25 +22,44 @@
 const int mlz__preload_build = 1;
 
 #define ARENA_SIZE (64 * 1024)
+#define ARENA_BLOCKS 64
 static alignas(64) unsigned char arena[ARENA_SIZE];
 static _Atomic size_t arena_used;
 static _Atomic int resolving;
+static void *_Atomic arena_block[ARENA_BLOCKS];   /* the blocks handed out */
+static _Atomic unsigned arena_nblocks;
 
 static void *arena_alloc(size_t n, size_t align)
 {
     if (align < 16) align = 16;
+    unsigned k = atomic_fetch_add(&arena_nblocks, 1);
+    if (k >= ARENA_BLOCKS) return NULL;
     for (;;) {
         size_t off = atomic_load(&arena_used);
         size_t start = (off + align - 1) & ~(align - 1);
         if (start + n > ARENA_SIZE || start + n < start) return NULL;
-        if (atomic_compare_exchange_weak(&arena_used, &off, start + n)) return arena + start;
+        if (atomic_compare_exchange_weak(&arena_used, &off, start + n)) {
+            atomic_store(&arena_block[k], arena + start);
+            mlz_bloom_add(&mlz__g.bloom, (uint64_t)(uintptr_t)(arena + start));
+            return arena + start;
+        }
     }
 }
 
-static int in_arena(const void *p)
+int mlz__boot_block(const void *p)
 {
     return (const unsigned char *)p >= arena && (const unsigned char *)p < arena + ARENA_SIZE;
 }
+
+void mlz__boot_blocks_add(mlz_bloom *b)
+{
+    unsigned n = atomic_load(&arena_nblocks);
+    for (unsigned k = 0; k < n && k < ARENA_BLOCKS; k++) {
+        void *p = atomic_load(&arena_block[k]);
+        if (p) mlz_bloom_add(b, (uint64_t)(uintptr_t)p);
+    }
+}
+
 
 
 static void resolve_all(void)
@@ -79,7 +102,7 @@ void *mlz__boot_calloc(size_t n, size_t m)
 }
 void mlz__boot_free(void *p)
 {
-    if (!p || in_arena(p)) return;
+    if (!p || mlz__boot_block(p)) return;
     resolve_all();
     mlz__g.real.free(p);
 }
@@ -95,28 +118,13 @@ void *mlz__boot_valloc(size_t n) { resolve_all(); return mlz__g.real.valloc(n); 
 void *mlz__boot_pvalloc(size_t n) { resolve_all(); return mlz__g.real.pvalloc(n); }
 void *mlz__boot_reallocarray(void *p, size_t n, size_t m) { resolve_all(); return mlz__g.real.reallocarray(p, n, m); }
 
-/* Only once dlsym allocated from the arena: its blocks are never freed. */
-static MLZ_COLD MLZ_NOINLINE void free_maybe_arena(void *p)
-{
-    if (!in_arena(p)) mlz_hook_free(p);
-}
-
-/* The exports. The arena test in free costs one load and a branch while
- * the arena is unused (always, unless dlsym allocated): the range test is
- * out of line, or the compiler computes it on every call. */
+/* The exports. */
 MLZ_EXPORT void *malloc(size_t n) { return mlz_hook_malloc(n); }
-MLZ_EXPORT void free(void *p)
-{
-    if (mlz_unlikely(atomic_load_explicit(&arena_used, memory_order_relaxed))) {
-        free_maybe_arena(p);
-        return;
-    }
-    mlz_hook_free(p);
-}
+MLZ_EXPORT void free(void *p) { mlz_hook_free(p); }
 MLZ_EXPORT void *calloc(size_t n, size_t m) { return mlz_hook_calloc(n, m); }
 MLZ_EXPORT void *realloc(void *p, size_t n)
 {
-    if (mlz_unlikely(atomic_load_explicit(&arena_used, memory_order_relaxed)) && in_arena(p)) {
+    if (mlz_unlikely(atomic_load_explicit(&arena_used, memory_order_relaxed)) && mlz__boot_block(p)) {
         void *q = mlz_hook_malloc(n);      /* arena blocks move out, never back */
         if (q && p) memcpy(q, p, n < ARENA_SIZE - (size_t)((unsigned char *)p - arena) ? n : ARENA_SIZE - (size_t)((unsigned char *)p - arena));
         return q;

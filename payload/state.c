@@ -19,7 +19,8 @@
 #include <sys/syscall.h>
 
 /* Before init the free hook's Bloom test must answer "no" without memory
- * of its own: an all-zero filter in .bss (never written, so never resident). */
+ * of its own: an all-zero filter in .bss (never written, so never resident,
+ * unless the preload library's boot arena was used: preload.c). */
 static uint8_t empty_filter[1u << MLZ_BLOOM_DEFAULT_LOG2_CELLS];
 static uint8_t *spare_cells;     /* a detached filter, zeroed, for the next attach */
 
@@ -118,7 +119,7 @@ int mlz__init(void)
         mlz_heapmap_destroy(&mlz__g.map);
         return -1;
     }
-    mlz_bloom tmp;
+    mlz_bloom tmp = { .mask = mlz__g.bloom.mask, .log2_cells = mlz__g.bloom.log2_cells };
     if (spare_cells) {
         tmp.cells = spare_cells;   /* zeroed by MADV_DONTNEED at detach */
         spare_cells = NULL;
@@ -138,6 +139,9 @@ int mlz__init(void)
         memset(atomic_load(&tmp.cells), MLZ_BLOOM_STUCK, (size_t)mlz__g.bloom.mask + 1);
         atomic_store(&mlz__g.bloom.nonzero, mlz__g.bloom.mask + 1);
         atomic_store(&mlz__g.bloom.stuck, mlz__g.bloom.mask + 1);
+    } else if (mlz__boot_blocks_add) {
+        mlz__boot_blocks_add(&tmp);   /* before it is installed: their frees must find them */
+        atomic_store(&mlz__g.bloom.nonzero, atomic_load(&tmp.nonzero));
     }
     atomic_store_explicit(&mlz__g.bloom.cells, atomic_load(&tmp.cells), memory_order_release);
 
