@@ -123,6 +123,7 @@ void mlz__config_from_env(void);
 void mlz__default_spool_path(void);
 int  mlz__init(void);                /* data structures, config; idempotent */
 void mlz__release(void);             /* gives the data structures back (detach) */
+void mlz__bloom_keep(uint64_t p);    /* p's free always takes the slow path (boot arena) */
 static inline uint64_t mlz__now_ns(void) { return mlz_clock_now(&mlz__g.clock); }
 
 /* preload.c, in the LD_PRELOAD build only (weak: NULL otherwise): whether

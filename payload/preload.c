@@ -40,7 +40,7 @@ static void *arena_alloc(size_t n, size_t align)
         if (start + n > ARENA_SIZE || start + n < start) return NULL;
         if (atomic_compare_exchange_weak(&arena_used, &off, start + n)) {
             atomic_store(&arena_block[k], arena + start);
-            mlz_bloom_add(&mlz__g.bloom, (uint64_t)(uintptr_t)(arena + start));
+            mlz__bloom_keep((uint64_t)(uintptr_t)(arena + start));
             return arena + start;
         }
     }

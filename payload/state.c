@@ -160,6 +160,17 @@ int mlz__init(void)
     return 0;
 }
 
+/* A block the real free must never see (the preload library's boot
+ * arena): into the placeholder filter, which keeps it for good (the filter
+ * of a detached payload, too), and into the installed one. mlz__init adds
+ * them all to each filter it installs (mlz__boot_blocks_add). */
+void mlz__bloom_keep(uint64_t p)
+{
+    mlz_bloom placeholder = { .cells = empty_filter, .mask = mlz__g.bloom.mask, .log2_cells = mlz__g.bloom.log2_cells };
+    mlz_bloom_add(&placeholder, p);
+    if (atomic_load(&mlz__g.bloom.cells) != empty_filter) mlz_bloom_add(&mlz__g.bloom, p);
+}
+
 /* Detach, once no hook is inside a sample path: the map and the stack table
  * are only reached from sample paths, so they can go. The Bloom filter is
  * read on every free without such a guard, so its pages are handed back
