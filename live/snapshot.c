@@ -383,7 +383,7 @@ typedef struct live_warm {
     const mlz_raw_module *mods;   /* h's: freed only after the join */
     size_t nmods;
     symbolizer *sym;
-    _Atomic int stop;                 /* the caller needs the symbolizer now */
+    _Atomic int stop;             /* the caller needs the symbolizer now */
     int joined;
 } live_warm;
 

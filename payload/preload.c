@@ -60,8 +60,6 @@ void mlz__boot_blocks_add(mlz_bloom *b)
     }
 }
 
-
-
 static void resolve_all(void)
 {
     if (atomic_exchange(&resolving, 1)) return;
