@@ -271,8 +271,11 @@ int64_t mlz_heapmap_reserve(mlz_heapmap *m, uint64_t ptr)
         mlz_heap_entry *e = &m->slots[idx];
         /* The first touch of a slot is a write (an RMW that changes
          * nothing): a read would map the zero page, and the claim's write
-         * then fault again to copy it (and flush other CPUs' TLBs). */
-        uint64_t k = i == 0 ? atomic_fetch_or_explicit(&e->key, 0, memory_order_acquire)
+         * then fault again to copy it (and flush other CPUs' TLBs). An
+         * add, not an or: GCC makes a fetch_or whose result is used a load
+         * and a cmpxchg loop, whose load is that read; an add is one
+         * lock xadd. */
+        uint64_t k = i == 0 ? atomic_fetch_add_explicit(&e->key, 0, memory_order_acquire)
                             : atomic_load_explicit(&e->key, memory_order_acquire);
 
         if (k == ptr || (k == MLZ_HEAP_RESERVED &&
