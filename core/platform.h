@@ -22,6 +22,10 @@
  * points of libmemlyze.so are marked with this. */
 #define MLZ_EXPORT   __attribute__((visibility("default")))
 #define MLZ_COLD     __attribute__((cold))
+/* The malloc and free hooks start a 64-byte line each: their fast paths
+ * then sit in as few lines as they can, whatever code comes before them
+ * (a 32-byte shift of unchanged hooks measured 2% slower). */
+#define MLZ_HOT_ALIGN __attribute__((aligned(64)))
 #define MLZ_NOINLINE __attribute__((noinline))
 #define MLZ_UNUSED   __attribute__((unused))
 

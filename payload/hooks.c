@@ -274,7 +274,7 @@ static MLZ_COLD MLZ_NOINLINE void *sample2(void *(*real)(size_t, size_t), size_t
 
 #define SAMPLES(n) mlz_unlikely(mlz_sampler_should_sample(&mlz__tls.s, (n)))
 
-void *mlz_hook_malloc(size_t n)
+MLZ_HOT_ALIGN void *mlz_hook_malloc(size_t n)
 {
     if (SAMPLES(n)) return sample1(mlz__g.real.malloc, n, n);
     return mlz__g.real.malloc(n);
@@ -291,7 +291,7 @@ static MLZ_COLD MLZ_NOINLINE void free_slow_then_free(void *p)
     mlz__g.real.free(p);
 }
 
-void mlz_hook_free(void *p)
+MLZ_HOT_ALIGN void mlz_hook_free(void *p)
 {
     if (p && mlz_unlikely(mlz_bloom_maybe(&mlz__g.bloom, (uint64_t)p))) {
         free_slow_then_free(p);

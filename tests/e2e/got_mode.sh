@@ -20,4 +20,17 @@ sys.exit(0 if sum(s['live_bytes'] for s in d['sites'] if s['frames'] and s['fram
 check "coverage report printed" grep -q "JUMP  GLOB ABS64" "$T/err"
 check "bypass module's direct calls reported" awk '/libbypass.so/ { if ($6 > 0) found = 1 } END { exit !found }' "$T/err"
 check "bypass module flagged as having its own allocator" bash -c "grep libbypass.so '$T/err' | grep -q own"
+# The malloc and free hooks each start a 64-byte line (MLZ_HOT_ALIGN): their
+# speed then does not depend on the code laid out before them.
+hooks_aligned() {
+    local n=0 a
+    while read -r a _; do
+        [ $((0x$a % 64)) -eq 0 ] || return 1
+        n=$((n + 1))
+    done < <(nm "$1" | grep -E ' mlz_hook_(malloc|free)$')
+    [ "$n" -eq 2 ]
+}
+for lib in libmemlyze.so libmemlyze-preload.so; do
+    check "$lib: the malloc and free hooks start a 64-byte line" hooks_aligned "$B/lib/$lib"
+done
 finish
