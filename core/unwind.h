@@ -138,9 +138,8 @@ typedef struct mlz_unwind_cache_entry {
  * sp - 8) and rbp. A later walk that comes to a frame with the same pc and
  * sp (and rbp, unless the frame's CFA rule is sp + offset: then sp decides
  * where its caller's frame is) takes the frames beyond it from there, once
- * it found each one's
- * return address still in place at its sp - 8: one load per frame instead
- * of a step. Only memory is trusted, so a longjmp, an exception, a signal
+ * it found each one's return address still in place at its sp - 8: one
+ * load per frame instead of a step. Only memory is trusted, so a longjmp, an exception, a signal
  * handler or a new thread on a reused stack cost a miss, never a wrong
  * frame. Two buffers: the walk writes one while it compares with the other. */
 #define MLZ_UNWIND_TAIL 136

@@ -127,9 +127,8 @@ void mlz__bloom_keep(uint64_t p);    /* p's free always takes the slow path (boo
 static inline uint64_t mlz__now_ns(void) { return mlz_clock_now(&mlz__g.clock); }
 
 /* preload.c, in the LD_PRELOAD build only (weak: NULL otherwise): whether
- * p is a block of the boot arena, and adding them all to a new filter. */
+ * p is a block of the boot arena. */
 int  mlz__boot_block(const void *p) __attribute__((weak));
-void mlz__boot_blocks_add(mlz_bloom *b) __attribute__((weak));
 
 /* hooks.c: the functions GOT slots or the preload exports point at. */
 void *mlz_hook_malloc(size_t n);

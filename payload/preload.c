@@ -6,8 +6,8 @@
  * The real functions come from dlsym(RTLD_NEXT), resolved at the first
  * allocation. dlsym may itself allocate; while it runs, those requests are
  * served from a small static arena whose blocks are never freed. Each is
- * added to the Bloom filter (and to every filter attach installs later), so
- * a free of one takes the hooks' slow path, which keeps it from the real
+ * kept in the Bloom filters (mlz__bloom_keep, state.c), so a free of one
+ * takes the hooks' slow path, which keeps it from the real
  * free (mlz__boot_block): the exported free itself tests nothing (a load
  * and a branch there cost 2-3% of a malloc/free pair).
  */
@@ -22,24 +22,18 @@
 const int mlz__preload_build = 1;
 
 #define ARENA_SIZE (64 * 1024)
-#define ARENA_BLOCKS 64
 static alignas(64) unsigned char arena[ARENA_SIZE];
 static _Atomic size_t arena_used;
 static _Atomic int resolving;
-static void *_Atomic arena_block[ARENA_BLOCKS];   /* the blocks handed out */
-static _Atomic unsigned arena_nblocks;
 
 static void *arena_alloc(size_t n, size_t align)
 {
     if (align < 16) align = 16;
-    unsigned k = atomic_fetch_add(&arena_nblocks, 1);
-    if (k >= ARENA_BLOCKS) return NULL;
     for (;;) {
         size_t off = atomic_load(&arena_used);
         size_t start = (off + align - 1) & ~(align - 1);
         if (start + n > ARENA_SIZE || start + n < start) return NULL;
         if (atomic_compare_exchange_weak(&arena_used, &off, start + n)) {
-            atomic_store(&arena_block[k], arena + start);
             mlz__bloom_keep((uint64_t)(uintptr_t)(arena + start));
             return arena + start;
         }
@@ -49,15 +43,6 @@ static void *arena_alloc(size_t n, size_t align)
 int mlz__boot_block(const void *p)
 {
     return (const unsigned char *)p >= arena && (const unsigned char *)p < arena + ARENA_SIZE;
-}
-
-void mlz__boot_blocks_add(mlz_bloom *b)
-{
-    unsigned n = atomic_load(&arena_nblocks);
-    for (unsigned k = 0; k < n && k < ARENA_BLOCKS; k++) {
-        void *p = atomic_load(&arena_block[k]);
-        if (p) mlz_bloom_add(b, (uint64_t)(uintptr_t)p);
-    }
 }
 
 static void resolve_all(void)

@@ -119,7 +119,7 @@ int mlz__init(void)
         mlz_heapmap_destroy(&mlz__g.map);
         return -1;
     }
-    mlz_bloom tmp = { .mask = mlz__g.bloom.mask, .log2_cells = mlz__g.bloom.log2_cells };
+    mlz_bloom tmp;
     if (spare_cells) {
         tmp.cells = spare_cells;   /* zeroed by MADV_DONTNEED at detach */
         spare_cells = NULL;
@@ -139,9 +139,15 @@ int mlz__init(void)
         memset(atomic_load(&tmp.cells), MLZ_BLOOM_STUCK, (size_t)mlz__g.bloom.mask + 1);
         atomic_store(&mlz__g.bloom.nonzero, mlz__g.bloom.mask + 1);
         atomic_store(&mlz__g.bloom.stuck, mlz__g.bloom.mask + 1);
-    } else if (mlz__boot_blocks_add) {
-        mlz__boot_blocks_add(&tmp);   /* before it is installed: their frees must find them */
-        atomic_store(&mlz__g.bloom.nonzero, atomic_load(&tmp.nonzero));
+    } else {
+        /* The placeholder holds the boot-arena blocks (mlz__bloom_keep) and
+         * nothing else: they go into the new filter before it is installed,
+         * or their frees would reach the real free. */
+        uint8_t *cells = atomic_load(&tmp.cells);
+        uint64_t nonzero = 0;
+        for (size_t i = 0; i <= mlz__g.bloom.mask; i++)
+            if (empty_filter[i]) cells[i] = empty_filter[i], nonzero++;
+        atomic_store(&mlz__g.bloom.nonzero, nonzero);
     }
     atomic_store_explicit(&mlz__g.bloom.cells, atomic_load(&tmp.cells), memory_order_release);
 
@@ -162,8 +168,8 @@ int mlz__init(void)
 
 /* A block the real free must never see (the preload library's boot
  * arena): into the placeholder filter, which keeps it for good (the filter
- * of a detached payload, too), and into the installed one. mlz__init adds
- * them all to each filter it installs (mlz__boot_blocks_add). */
+ * of a detached payload, too), and into the installed one. mlz__init copies
+ * the placeholder's cells into each filter it installs. */
 void mlz__bloom_keep(uint64_t p)
 {
     mlz_bloom placeholder = { .cells = empty_filter, .mask = mlz__g.bloom.mask, .log2_cells = mlz__g.bloom.log2_cells };
