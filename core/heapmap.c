@@ -346,7 +346,7 @@ void mlz_heapmap_cancel(mlz_heapmap *m, int64_t slot)
     atomic_store_explicit(&e->pending, 0, memory_order_release);
 }
 
-/* The probe walk that remove and contains share: from probe *i on, the
+/* remove's probe walk, which only reads: from probe *i on, the
  * next slot holding ptr (published, or RESERVED for it), or NULL when the
  * chain ends. Acquire loads pair with publish (fields) and reserve (pending).
  * On a hit *i is that probe's number, so a caller can go on from *i + 1. */
@@ -390,13 +390,6 @@ int mlz_heapmap_remove(mlz_heapmap *m, uint64_t ptr, mlz_heap_entry *out_copy)
         }
     }
     return 0;
-}
-
-int mlz_heapmap_contains(const mlz_heapmap *m, uint64_t ptr)
-{
-    uint64_t i = 0;
-    /* The same walk as remove: a yes here means remove will find it. */
-    return is_pointer(ptr) && find_from(m, ptr, &i) != NULL;
 }
 
 size_t mlz_heapmap_foreach(const mlz_heapmap *m,

@@ -117,10 +117,6 @@ int mlz_heapmap_remove(mlz_heapmap *m, uint64_t ptr, mlz_heap_entry *out_copy);
 /* Calls cb with a private, consistent copy of every published entry; the
  * callback may not touch the map. Returns the number of entries yielded.
  * Entries inserted or removed during the walk may or may not be seen. */
-/* Read-only: 1 if remove(ptr) would find something now. Lets a caller skip
- * work (and writes) for the Bloom filter's false positives. */
-int mlz_heapmap_contains(const mlz_heapmap *m, uint64_t ptr);
-
 size_t mlz_heapmap_foreach(const mlz_heapmap *m,
                            void (*cb)(const mlz_heap_entry *copy, void *arg), void *arg);
 

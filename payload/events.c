@@ -56,7 +56,7 @@
 #define RAISE_GAP_NS    (5ull * 1000 * 1000)    /* shortest time between two rate raises */
 #define ALLOC_WAIT_NS   (4 * RAISE_GAP_NS)      /* longest wait of a sampled ALLOC */
 
-typedef struct mlz_ring {
+struct mlz_ring {
     _Alignas(64) _Atomic uint64_t head;   /* written by the owner */
     /* Also the owner's alone, on its line: no counter shared by threads is
      * written per event. The drain thread adds them up (sum_counters). */
@@ -69,7 +69,7 @@ typedef struct mlz_ring {
     /* The owner's DWARF rule cache: per thread (no locking), and it goes
      * with the ring so that exited threads' caches are reused, not leaked. */
     mlz_unwind_cache *ucache;
-} mlz_ring;
+};
 
 static mlz_ring rings[MAX_RINGS];
 static _Atomic int drain_running;
@@ -120,8 +120,9 @@ static mlz_ring *claim_ring(int32_t tid)
 }
 
 /* This thread's ring, claimed on first use; NULL when none is left. */
-static mlz_ring *my_ring(mlz_tls *t)
+mlz_ring *mlz__ring(void)
 {
+    mlz_tls *t = &mlz__tls;
     mlz_ring *r = t->ring;
     /* A thread that has only freed so far has not been through thread_init:
      * it needs its tid before it can own a ring (0 means "free ring"). */
@@ -133,9 +134,8 @@ static mlz_ring *my_ring(mlz_tls *t)
 
 /* Per-thread counters (see payload.h): this thread's ring's, or the
  * shared ones when the thread has no ring. */
-_Atomic uint64_t *mlz__in_flight_slot(void)
+_Atomic uint64_t *mlz__in_flight_slot(mlz_ring *r)
 {
-    mlz_ring *r = my_ring(&mlz__tls);
     return r ? &r->in_flight : &mlz__g.c.in_flight;
 }
 
@@ -149,16 +149,14 @@ static void ring_count(uint64_t *c)
     __atomic_store_n(c, __atomic_load_n(c, __ATOMIC_RELAXED) + 1, __ATOMIC_RELAXED);
 }
 
-void mlz__count_sample(void)
+void mlz__count_sample(mlz_ring *r)
 {
-    mlz_ring *r = mlz__tls.ring;   /* the push just used it */
     if (r) ring_count(&r->samples);
     else atomic_fetch_add_explicit(&samples_shared, 1, memory_order_relaxed);
 }
 
-void mlz__count_free(void)
+void mlz__count_free(mlz_ring *r)
 {
-    mlz_ring *r = mlz__tls.ring;
     if (r) ring_count(&r->frees_tracked);
     else atomic_fetch_add_explicit(&frees_shared, 1, memory_order_relaxed);
 }
@@ -188,9 +186,8 @@ static void sum_counters(void)
     atomic_store_explicit(&mlz__g.c.frees_tracked, f, memory_order_relaxed);
 }
 
-mlz_unwind_cache *mlz__unwind_cache(void)
+mlz_unwind_cache *mlz__unwind_cache(mlz_ring *r)
 {
-    mlz_ring *r = my_ring(&mlz__tls);
     if (!r) return NULL;
     if (!r->ucache) {
         void *m = mmap(NULL, sizeof(mlz_unwind_cache), PROT_READ | PROT_WRITE,
@@ -240,10 +237,9 @@ static MLZ_COLD MLZ_NOINLINE int wait_for_room(mlz_ring *r, uint64_t h, uint64_t
     }
 }
 
-int mlz__push(enum mlz_rec_kind kind, uint64_t ts_ns, uint64_t addr, uint64_t size, uint32_t stack_id)
+int mlz__push(mlz_ring *r, enum mlz_rec_kind kind, uint64_t ts_ns, uint64_t addr, uint64_t size,
+              uint32_t stack_id)
 {
-    mlz_tls *t = &mlz__tls;
-    mlz_ring *r = my_ring(t);
     /* Long waits are for events whose loss would falsify the trace: a FREE
      * (its object would live on), and every event in exact mode. */
     uint64_t limit = kind == MLZ_REC_FREE || mlz__g.rate <= 1 ? PUSH_WAIT_NS : ALLOC_WAIT_NS;
@@ -269,7 +265,7 @@ int mlz__push(enum mlz_rec_kind kind, uint64_t ts_ns, uint64_t addr, uint64_t si
     e->size = size;
     e->stack_id = stack_id;
     e->type = (uint8_t)kind;
-    e->rate_shift = (uint8_t)t->s.rate_shift;   /* the rate an ALLOC was sampled at */
+    e->rate_shift = (uint8_t)mlz__tls.s.rate_shift;   /* the rate an ALLOC was sampled at */
     atomic_store_explicit(&r->head, h + 1, memory_order_release);
     return 1;
 }

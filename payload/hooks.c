@@ -40,9 +40,9 @@ __thread mlz_tls mlz__tls __attribute__((tls_model("initial-exec")));
  * both sides sequentially consistent, either the hook sees the flag off, or
  * detach sees the hook in flight: detach never frees memory a hook is
  * still using. Returns the counter to leave() with, or NULL. */
-static _Atomic uint64_t *enter(_Atomic int *flag)
+static _Atomic uint64_t *enter(_Atomic int *flag, mlz_ring *ring)
 {
-    _Atomic uint64_t *f = mlz__in_flight_slot();
+    _Atomic uint64_t *f = mlz__in_flight_slot(ring);
     atomic_fetch_add(f, 1);
     if (atomic_load(flag)) return f;
     atomic_fetch_sub(f, 1);
@@ -96,17 +96,17 @@ static int program_frame(uint64_t hi, mlz_unwind_regs *r)
     return 0;
 }
 
-/* Captures the caller's stack, our own frames dropped. */
-static unsigned capture(mlz_tls *t, uint64_t *pcs)
+/* Captures the caller's stack, our own frames dropped. cache: the
+ * thread's DWARF rule cache, or NULL. */
+static unsigned capture(mlz_tls *t, mlz_unwind_cache *cache, uint64_t *pcs)
 {
     uint64_t hi = mlz_stack_cache_hi(&t->stack);
     uint64_t raw[MLZ_MAX_FRAMES + 8];
     unsigned n;
-    mlz_unwind_cache *cache;
     mlz_unwind_regs r;
     if (mlz__g.unwinder == MLZ_UNWIND_FP)
         n = mlz_unwind_fp_bounded(raw, MLZ_MAX_FRAMES + 8, 0, hi);
-    else if ((cache = mlz__unwind_cache()) && program_frame(hi, &r))
+    else if (cache && program_frame(hi, &r))
         n = mlz_unwind_dwarf_resume(raw, MLZ_MAX_FRAMES + 8, &r,
                                     (uint64_t)(uintptr_t)__builtin_frame_address(0), hi, cache);
     else if (cache)
@@ -133,13 +133,13 @@ static unsigned capture(mlz_tls *t, uint64_t *pcs)
  * allocates from one place interns nothing (no hash, no probe of the
  * shared table: 185 of 2327 instructions per malloc+free of exact mode on
  * the churn, callgrind). */
-static uint32_t stack_id(mlz_tls *t)
+static uint32_t stack_id(mlz_tls *t, mlz_ring *ring)
 {
     uint64_t pcs[MLZ_MAX_FRAMES];
-    mlz_unwind_cache *c = mlz__g.unwinder == MLZ_UNWIND_FP ? NULL : mlz__unwind_cache();
+    mlz_unwind_cache *c = mlz__g.unwinder == MLZ_UNWIND_FP ? NULL : mlz__unwind_cache(ring);
     uint64_t v0 = c ? c->tail_version : 0;
     if (c) c->same_as_saved = 0;
-    unsigned depth = capture(t, pcs);
+    unsigned depth = capture(t, c, pcs);
     if (c && c->same_as_saved && c->saved_id && c->saved_version == c->tail_version &&
         c->saved_tag == mlz__g.session)
         return c->saved_id;
@@ -157,12 +157,12 @@ static uint32_t stack_id(mlz_tls *t)
 /* The sampled allocation: reserve, record, publish. An ALLOC that could
  * not be recorded is no sample at all (the reservation is given back), so
  * no FREE can ever be recorded for it. */
-static void record_alloc(mlz_tls *t, void *p, size_t n, uint64_t ts)
+static void record_alloc(mlz_tls *t, mlz_ring *ring, void *p, size_t n, uint64_t ts)
 {
     int64_t slot = mlz_heapmap_reserve(&mlz__g.map, (uint64_t)p);
     if (slot < 0) return;                       /* map full: counted there */
-    uint32_t id = stack_id(t);
-    if (!mlz__push(MLZ_REC_ALLOC, ts, (uint64_t)p, n, id)) {
+    uint32_t id = stack_id(t, ring);
+    if (!mlz__push(ring, MLZ_REC_ALLOC, ts, (uint64_t)p, n, id)) {
         mlz_heapmap_cancel(&mlz__g.map, slot);
         return;
     }
@@ -172,7 +172,7 @@ static void record_alloc(mlz_tls *t, void *p, size_t n, uint64_t ts)
     uint64_t seq = ++t->births;
     uint32_t tid_shift = ((uint32_t)t->tid & MEMLYZE_TID_MASK) | t->s.rate_shift << MEMLYZE_TID_SHIFT_POS;
     mlz_heapmap_publish(&mlz__g.map, slot, (uint64_t)p, n, id, tid_shift, ts, seq);
-    mlz__count_sample();
+    mlz__count_sample(ring);
 }
 
 /* Called when the countdown ran out (or on a thread's first allocation).
@@ -201,9 +201,10 @@ MLZ_COLD MLZ_NOINLINE void mlz__sample_slow(void *p, size_t n, uint64_t ts)
     mlz_sampler_rearm(&t->s, mlz__g.rate << t->s.rate_shift);
     if (!p || !keep) return;
     t->s.in_hook = 1;
-    _Atomic uint64_t *f = enter(&mlz__g.active_alloc);
+    mlz_ring *ring = mlz__ring();
+    _Atomic uint64_t *f = enter(&mlz__g.active_alloc, ring);
     if (f) {
-        record_alloc(t, p, n, ts);
+        record_alloc(t, ring, p, n, ts);
         leave(f);
     }
     t->s.in_hook = 0;
@@ -211,22 +212,21 @@ MLZ_COLD MLZ_NOINLINE void mlz__sample_slow(void *p, size_t n, uint64_t ts)
 
 /* The two halves of a tracked free, shared by free and realloc. The
  * caller has entered the free side (enter(&mlz__g.active_free)).
- * untrack: p leaves the map; 1 = it was a sample (old gets its entry). The
- * look-up comes first: a Bloom false positive costs no write. */
+ * untrack: p leaves the map; 1 = it was a sample (old gets its entry). A
+ * Bloom false positive costs no write: remove only reads until it finds p. */
 static int untrack(void *p, mlz_heap_entry *old)
 {
-    return mlz_heapmap_contains(&mlz__g.map, (uint64_t)p) &&
-           mlz_heapmap_remove(&mlz__g.map, (uint64_t)p, old);
+    return mlz_heapmap_remove(&mlz__g.map, (uint64_t)p, old);
 }
 
 /* record_free: after untrack, once p is really gone. Its time is taken
  * now, after the removal (see the ordering rules above). */
-static void record_free(void *p, const mlz_heap_entry *old)
+static void record_free(mlz_ring *ring, void *p, const mlz_heap_entry *old)
 {
     /* An insert that died during birth (time 0) may not have added its
      * counts yet: taking them out could hide another sample. */
     if (old->time_ns && mlz__g.rate > 1) mlz_bloom_remove(&mlz__g.bloom, (uint64_t)p);
-    if (mlz__push(MLZ_REC_FREE, mlz__now_ns(), (uint64_t)p, 0, 0)) mlz__count_free();
+    if (mlz__push(ring, MLZ_REC_FREE, mlz__now_ns(), (uint64_t)p, 0, 0)) mlz__count_free(ring);
 }
 
 /* Sampled pointer (maybe) freed: remove before the real free, so the
@@ -236,10 +236,11 @@ MLZ_COLD MLZ_NOINLINE void mlz__free_slow(void *p)
     mlz_tls *t = &mlz__tls;
     if (t->s.in_hook) return;
     t->s.in_hook = 1;
-    _Atomic uint64_t *f = enter(&mlz__g.active_free);
+    mlz_ring *ring = mlz__ring();
+    _Atomic uint64_t *f = enter(&mlz__g.active_free, ring);
     if (f) {
         mlz_heap_entry old;
-        if (untrack(p, &old)) record_free(p, &old);
+        if (untrack(p, &old)) record_free(ring, p, &old);
         leave(f);
     }
     t->s.in_hook = 0;
@@ -353,10 +354,12 @@ void *mlz__realloc_common(void *p, size_t n, size_t m, void *(*call)(const void 
     mlz_heap_entry old;
     int had = 0;
     _Atomic uint64_t *entered = NULL;
+    mlz_ring *ring = NULL;
     if (p && mlz_unlikely(mlz_bloom_maybe(&mlz__g.bloom, (uint64_t)p)) && !t->s.in_hook) {
         t->s.in_hook = 1;
+        ring = mlz__ring();
         /* Stay entered until the outcome is known: the entry may go back. */
-        if ((entered = enter(&mlz__g.active_free)))
+        if ((entered = enter(&mlz__g.active_free, ring)))
             had = untrack(p, &old);
         t->s.in_hook = 0;
     }
@@ -374,7 +377,7 @@ void *mlz__realloc_common(void *p, size_t n, size_t m, void *(*call)(const void 
                 mlz_heapmap_publish(&mlz__g.map, slot, (uint64_t)p, old.size, old.stack_id, old.tid,
                                     old.time_ns, old.seq);
         } else {
-            record_free(p, &old);
+            record_free(ring, p, &old);
         }
         leave(entered);
         t->s.in_hook = 0;

@@ -170,19 +170,26 @@ void mlz__shutdown(void);
 void mlz__atfork_child(void);        /* pthread_atfork child handler */
 
 /* events.c */
+/* The calling thread's ring, claimed on first use; NULL when none is left.
+ * A sample path looks it up once and passes it on: the ring stays this
+ * thread's until the path leaves (detach waits for that, mlz__quiescent),
+ * and the functions below accept NULL. */
+typedef struct mlz_ring mlz_ring;
+mlz_ring *mlz__ring(void);
 /* 1 = recorded. 0 = not recorded (counted): the caller must act as if the
  * event had not happened to the profile (an ALLOC's sample is given up). */
-int  mlz__push(enum mlz_rec_kind kind, uint64_t ts_ns, uint64_t addr, uint64_t size, uint32_t stack_id);
+int  mlz__push(mlz_ring *r, enum mlz_rec_kind kind, uint64_t ts_ns, uint64_t addr, uint64_t size,
+               uint32_t stack_id);
 int  mlz__drain_start(void);         /* opens the spool, starts the thread */
 void mlz__drain_stop(void);          /* final drain, seals the spool */
 void mlz__drain_forget(void);        /* fork child: the thread is gone */
 void mlz__drain_release(void);       /* unmaps the rings (detach, quiescent) */
-mlz_unwind_cache *mlz__unwind_cache(void);   /* this thread's, or NULL */
+mlz_unwind_cache *mlz__unwind_cache(mlz_ring *r);   /* the ring's thread's, or NULL */
 /* Per-thread counters, kept in the thread's ring so no line shared by
  * threads is written per event. */
-_Atomic uint64_t *mlz__in_flight_slot(void); /* what enter/leave count in */
-void mlz__count_sample(void);
-void mlz__count_free(void);
+_Atomic uint64_t *mlz__in_flight_slot(mlz_ring *r); /* what enter/leave count in */
+void mlz__count_sample(mlz_ring *r);
+void mlz__count_free(mlz_ring *r);
 int  mlz__quiescent(void);           /* 1: no thread is inside a sample path */
 void mlz__spool_note(unsigned type, const char *text, size_t len); /* written by the drain thread */
 int  mlz__drain_flush(void);         /* waits (bounded) until what is pushed is on disk */
