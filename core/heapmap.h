@@ -111,7 +111,9 @@ void mlz_heapmap_cancel(mlz_heapmap *m, int64_t slot);
 
 /* Free path. Removes ptr if published (out_copy gets its fields) or kills
  * its in-progress insert (out_copy gets key=ptr, other fields 0). Returns 1
- * if something was removed. out_copy may be NULL. */
+ * if something was removed. out_copy may be NULL. Only reads until it finds
+ * ptr: a pointer that is not in the map (a Bloom false positive) costs no
+ * write. */
 int mlz_heapmap_remove(mlz_heapmap *m, uint64_t ptr, mlz_heap_entry *out_copy);
 
 /* Calls cb with a private, consistent copy of every published entry; the
