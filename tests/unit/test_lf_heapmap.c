@@ -9,6 +9,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 
@@ -637,6 +638,29 @@ static void test_resident_follows_heap(void)
     mlz_heapmap_destroy(&m);
 }
 
+/* A free whose pointer is not in the map (a Bloom false positive: the
+ * payload's free path calls remove without looking first) writes nothing:
+ * the slots are read-only meanwhile (any store, even an RMW that changes
+ * nothing, would fault), and the counters stay. Chains hold live entries,
+ * tombstones and a reservation in progress, so the walks pass every kind
+ * of slot. */
+static void test_remove_absent_writes_nothing(void)
+{
+    mlz_heapmap m;
+    CHECK(mlz_heapmap_init(&m, 8) == 0);
+    for (uint64_t i = 1; i <= 150; i++) CHECK(insert(&m, 0x10000 + i * 16, i, 1) == 1);
+    for (uint64_t i = 1; i <= 150; i += 3) CHECK(mlz_heapmap_remove(&m, 0x10000 + i * 16, NULL) == 1);
+    CHECK(mlz_heapmap_reserve(&m, 0x90000) >= 0);   /* RESERVED, never published */
+    size_t bytes = (size_t)(m.mask + 1) * sizeof(mlz_heap_entry);
+    mlz_heapmap before = m;
+    CHECK(mprotect(m.slots, bytes, PROT_READ) == 0);
+    for (uint64_t i = 0; i < 4096; i++)
+        CHECK_EQ_U64(mlz_heapmap_remove(&m, 0x200000 + i * 16, NULL), 0);
+    CHECK(mprotect(m.slots, bytes, PROT_READ | PROT_WRITE) == 0);
+    CHECK(memcmp(&before, &m, sizeof m) == 0);
+    mlz_heapmap_destroy(&m);
+}
+
 #if !SLOW
 /* The first touch of a map page is a write: one fault that brings a fresh
  * page. A read first would map the zero page, and the claim's write would
@@ -674,6 +698,7 @@ int main(int argc, char **argv)
     RUN(test_stale_replacement);
     RUN(test_full_table);
     RUN(test_tombstone_churn);
+    RUN(test_remove_absent_writes_nothing);
     RUN(test_resident_follows_heap);
 #if !SLOW
     RUN(test_first_touch_writes);
