@@ -163,7 +163,8 @@ asan:
 	@$(MAKE) --no-print-directory SANITIZE=address,undefined unit-bins
 	@tests/run.sh --only build/san-address-undefined
 
-# libFuzzer needs clang; seeds are dump texts in tests/fuzz/seeds.
+# libFuzzer needs clang; seeds are dump texts in tests/fuzz/seeds (and one binary
+# file of an older split encoding, tests/data).
 FUZZ_BIN := build/fuzz/fuzz_reader
 $(FUZZ_BIN): tests/fuzz/fuzz_reader.c $(wildcard format/*.c) $(wildcard format/*.h)
 	@mkdir -p $(@D)
@@ -191,6 +192,7 @@ fuzz: $(FUZZ_BIN) $(FUZZ_IMP_BIN) $(FUZZ_ARC_BIN) $(MEMLYZE)
 	    build/fuzz/imp-corpus build/fuzz/imp-seeds build/fuzz/arc-corpus
 	@for s in tests/fuzz/seeds/*.txt; do \
 	    $(MEMLYZE) undump -o build/fuzz/seeds/$$(basename $$s .txt).mlyze $$s || exit 1; done
+	@cp tests/data/split_model1.mlyze build/fuzz/seeds/   # split blocks of address model 1
 	@$(MEMLYZE) undump -o build/fuzz/imp-seeds/fixture.mlyze tests/e2e/reports/fixture.dump
 	@$(MEMLYZE) export --format dumpalloc -o build/fuzz/imp-seeds/fixture.da build/fuzz/imp-seeds/fixture.mlyze
 	@$(MEMLYZE) export --format heaptrack -o build/fuzz/imp-seeds/fixture.heaptrack build/fuzz/imp-seeds/fixture.mlyze

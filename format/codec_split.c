@@ -3,14 +3,17 @@
  * docs/FORMAT.md "Split-stream blocks").
  *
  * Encoder and decoder run the same models over a block, in event order:
- *   - sizes: a 128-slot direct-mapped table of recent sizes; a hit is coded
+ *   - sizes: a 251-slot direct-mapped table of recent sizes; a hit is coded
  *     as its slot, a miss as a literal (which then takes the slot);
- *   - ALLOC addresses: per size, a LIFO of the last 8 blocks of that size
- *     freed in this block (glibc's tcache hands those out first); a hit is
- *     coded as its depth; else one of the last 32 blocks of any size freed
- *     in the block (split or merged by the allocator), coded by its rank;
- *     else the signed distance to the previous address allocated by the
- *     same thread (else by any thread);
+ *   - ALLOC addresses (model 2, flag SPLIT2): a row per size slot of the
+ *     last 8 blocks of that size freed in this block (glibc's tcache hands
+ *     those out first); a hit is coded as its rank among the row's entries
+ *     not reused yet; else the j-th latest FREE of the block (any size:
+ *     split or merged by the allocator) when it freed this address, coded
+ *     as 8 + j; else the signed distance to the previous address allocated
+ *     by the same thread (else by any thread). Each step is a few loads
+ *     and a table look-up, in both directions. (Model 1, in files written
+ *     before: per-size LIFOs that move entries, and a ring of 32.)
  *   - FREE: the object it frees, by its position among the block's live
  *     allocations (a list in birth order, from which a free moves the last
  *     entry into the freed one's place: O(1) both ways), counted from the
@@ -25,6 +28,7 @@
 #include "mlz_format.h"
 #include "varint.h"
 
+#include <stddef.h>
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
@@ -56,11 +60,17 @@ typedef struct reuse_slot {
     uint64_t addr[MLZ_SPLIT_REUSE_DEPTH];
 } __attribute__((aligned(64))) reuse_slot;
 
-/* The models' state; reset at every block. */
+/* The models' state; reset at every block up to `reuse`, whose rows are
+ * read only where the counts and masks say they hold something. */
 typedef struct model {
     uint64_t size_tab[MLZ_SPLIT_SIZE_SLOTS];
     uint8_t  size_len[MLZ_SPLIT_SIZE_SLOTS];  /* v1 varint bytes of size_tab[i]; 0 = empty */
-    reuse_slot reuse[MLZ_SPLIT_REUSE_SLOTS];
+    /* Model 2: row s is a ring of 8 addresses, written downwards. Its
+     * state, one load and one store: bits 0-2 the position of the latest
+     * entry; bit 8 + r set when the r-th latest (r = 0: the latest) holds
+     * a block not reused yet (a push shifts them). */
+    uint16_t row_state[MLZ_SPLIT_REUSE_SLOTS];
+    /* Model 1: row s is a LIFO of reuse_count[s] blocks of size reuse_size[s]. */
     uint64_t reuse_size[MLZ_SPLIT_REUSE_SLOTS];
     uint8_t  reuse_count[MLZ_SPLIT_REUSE_SLOTS];
     uint64_t ring[MLZ_SPLIT_RING];            /* freed addresses, any size */
@@ -69,18 +79,22 @@ typedef struct model {
     uint64_t th_addr[MLZ_SPLIT_THREAD_SLOTS];
     uint64_t prev_addr, prev_free_lit;
     uint16_t prev_thread;
+    reuse_slot reuse[MLZ_SPLIT_REUSE_SLOTS];  /* the rows' addresses */
 } model;
 
 typedef struct stream { uint8_t *p; size_t len, cap; } stream;
 typedef struct lits { uint64_t *v; size_t n, cap; } lits;
 
-/* Encoder's map from an address to its latest live allocation in the block. */
-typedef struct live_ent { uint64_t addr; uint32_t idx; uint32_t gen; } live_ent;
+/* Encoder's map from an address to its latest live allocation in the
+ * block (idx) and to its latest FREE (fidx: index + 1, 0 = none). */
+typedef struct live_ent { uint64_t addr; uint32_t idx, gen, fidx; } live_ent;
 #define LIVE_SLOTS (2 * MLZ_SPLIT_MAX_EVENTS)
 #define LIVE_DEAD  UINT32_MAX
 
 struct mlz_split_codec {
     int level;
+    int model;                 /* address model: 2, or 1 for files without SPLIT2 */
+    uint8_t nth_bit[256][8];   /* [mask][k]: position of mask's (k+1)-th lowest set bit, 0xFF if none */
     ZSTD_CCtx *cctx;
     ZSTD_DCtx *dctx;
     mlz_split_cols cols;
@@ -90,6 +104,8 @@ struct mlz_split_codec {
     live_ent *live; uint32_t gen;
     uint32_t *free_idx;        /* encoder: the allocation each FREE names, or LIVE_DEAD */
     size_t free_idx_cap;
+    uint32_t *alloc_back;      /* encoder: j when the j-th latest FREE freed this ALLOC's address, else 0 */
+    size_t alloc_back_cap;
     uint32_t *live_list, *live_pos;   /* the block's live allocations (see FREE) */
     size_t live_list_cap, live_pos_cap;
     uint64_t *live_objs;       /* the decoder's live list: na addresses, then na sizes */
@@ -143,6 +159,13 @@ mlz_split_codec *mlz_split_new(int level)
     if (!c) return NULL;
     memset(c, 0, sizeof *c);
     c->level = level;
+    c->model = 2;
+    for (unsigned mask = 0; mask < 256; mask++) {
+        unsigned k = 0;
+        memset(c->nth_bit[mask], 0xFF, 8);
+        for (unsigned b = 0; b < 8; b++)
+            if (mask >> b & 1) c->nth_bit[mask][k++] = (uint8_t)b;
+    }
     c->cctx = ZSTD_createCCtx();
     c->dctx = ZSTD_createDCtx();
     if (!c->cctx || !c->dctx) { mlz_split_free(c); return NULL; }
@@ -161,12 +184,15 @@ void mlz_split_free(mlz_split_codec *c)
     free(c->out);
     free(c->live);
     free(c->free_idx);
+    free(c->alloc_back);
     free(c->live_list);
     free(c->live_pos);
     free(c->live_objs);
     for (int i = 0; i < 5; i++) free(c->scratch[i].v);
     free(c);
 }
+
+void mlz_split_set_model(mlz_split_codec *c, int model) { c->model = model; }
 
 const mlz_split_cols *mlz_split_columns(const mlz_split_codec *c) { return &c->cols; }
 
@@ -237,9 +263,45 @@ uint32_t mlz_split_crc(const uint8_t *p, size_t n)
 
 static void model_reset(model *m)
 {
-    memset(m, 0, sizeof *m);
+    memset(m, 0, offsetof(model, reuse));
 }
 
+/* Model 2: a block freed by reference joins the row of its size slot,
+ * dropping the row's oldest entry when all 8 are in use. */
+static inline void row_push(model *m, unsigned s, uint64_t addr)
+{
+    unsigned st = m->row_state[s], t = (st - 1u) & 7;
+    m->reuse[s].addr[t] = addr;
+    m->row_state[s] = (uint16_t)((((st >> 8) << 1 | 1) & 0xFF) << 8 | t);
+}
+
+/* Takes the r-th latest entry of row s (one not reused yet). */
+static inline uint64_t row_take(model *m, unsigned s, unsigned r)
+{
+    unsigned st = m->row_state[s];
+    m->row_state[s] = (uint16_t)(st & ~(0x100u << r));
+    return m->reuse[s].addr[(st + r) & 7];
+}
+
+/* Encoder: the rank (1 = latest) of addr among row s's entries not reused
+ * yet, which it takes; 0 if absent. */
+static uint32_t row_take_addr(model *m, unsigned s, uint64_t addr)
+{
+    unsigned st = m->row_state[s], k = 0;
+    for (unsigned r = 0; r < 8; r++) {
+        if (!(st >> (8 + r) & 1)) continue;
+        k++;
+        if (m->reuse[s].addr[(st + r) & 7] == addr) {
+            row_take(m, s, r);
+            return k;
+        }
+    }
+    return 0;
+}
+
+/* Model 1 (decoding only): a block freed by reference goes on the LIFO of
+ * its size (a row holding another size is emptied first; a full LIFO drops
+ * its oldest) and into the ring of the last 32 frees. */
 static inline void reuse_push(model *m, uint64_t size, uint64_t addr)
 {
     m->ring_head = (m->ring_head + 1) % MLZ_SPLIT_RING;
@@ -255,24 +317,6 @@ static inline void reuse_push(model *m, uint64_t size, uint64_t addr)
     }
     v[n] = addr;
     m->reuse_count[s] = (uint8_t)(n + 1);
-}
-
-/* Rank (1 = latest) of addr among the recently freed blocks of any size; 0 if absent. */
-static uint32_t ring_find(const model *m, uint64_t addr)
-{
-    for (uint32_t j = 0; j < m->ring_count; j++)
-        if (m->ring[(m->ring_head + MLZ_SPLIT_RING - j) % MLZ_SPLIT_RING] == addr) return j + 1;
-    return 0;
-}
-
-/* Depth (1 = latest) of addr among the freed blocks of its size; 0 if absent. */
-static uint32_t reuse_find(const model *m, unsigned s, uint64_t size, uint64_t addr)
-{
-    unsigned n = m->reuse_count[s];
-    if (m->reuse_size[s] == size)
-        for (uint32_t d = 1; d <= n; d++)
-            if (m->reuse[s].addr[n - d] == addr) return d;
-    return 0;
 }
 
 /* Removes the entry `depth` (1 = top) of slot s's LIFO; returns its address. */
@@ -380,35 +424,40 @@ static int lit_add(lits *l, uint64_t x)
     return 0;
 }
 
-static uint32_t live_find(mlz_split_codec *c, uint64_t addr, uint32_t *slot)
+/* addr's entry in the block's map, made (with neither an allocation nor a
+ * free) if the address is new to the block. */
+static live_ent *live_at(mlz_split_codec *c, uint64_t addr)
 {
     uint32_t h = (uint32_t)((addr * 0x9E3779B97F4A7C15ull) >> 46) & (LIVE_SLOTS - 1);
     for (;;) {
         live_ent *e = &c->live[h];
-        if (e->gen != c->gen) { *slot = h; return LIVE_DEAD; }
-        if (e->addr == addr) { *slot = h; return e->idx; }
+        if (e->gen != c->gen) { *e = (live_ent){ addr, LIVE_DEAD, c->gen, 0 }; return e; }
+        if (e->addr == addr) return e;
         h = (h + 1) & (LIVE_SLOTS - 1);
     }
 }
 
-/* Works out, for every FREE, the allocation of this block it frees. */
+/* Works out, for every FREE, the allocation of this block it frees, and
+ * for every ALLOC, how many FREEs back its address was last freed. */
 static int link_frees(mlz_split_codec *c)
 {
     mlz_split_cols *k = &c->cols;
     if (!c->live && !(c->live = calloc(LIVE_SLOTS, sizeof *c->live))) return -1;
-    if (grow((void **)&c->free_idx, &c->free_idx_cap, k->nfree + 1, sizeof *c->free_idx)) return -1;
+    if (grow((void **)&c->free_idx, &c->free_idx_cap, k->nfree + 1, sizeof *c->free_idx) ||
+        grow((void **)&c->alloc_back, &c->alloc_back_cap, k->nalloc + 1, sizeof *c->alloc_back))
+        return -1;
     if (++c->gen == 0) { memset(c->live, 0, LIVE_SLOTS * sizeof *c->live); c->gen = 1; }
-    uint32_t ai = 0, fi = 0, slot;
+    uint32_t ai = 0, fi = 0;
     for (uint32_t i = 0; i < k->n; i++) {
         if (k->kind[i] == MLZ_EV_ALLOC) {
-            uint64_t a = k->a_addr[ai];
-            live_find(c, a, &slot);       /* the latest allocation wins */
-            c->live[slot] = (live_ent){ a, ai, c->gen };
-            ai++;
+            live_ent *e = live_at(c, k->a_addr[ai]);
+            c->alloc_back[ai] = e->fidx ? fi - (e->fidx - 1) : 0;
+            e->idx = ai++;                /* the latest allocation wins */
         } else if (k->kind[i] == MLZ_EV_FREE) {
-            uint32_t idx = live_find(c, k->f_addr[fi], &slot);
-            if (idx != LIVE_DEAD) c->live[slot].idx = LIVE_DEAD;  /* freed: keep the probe chain */
-            c->free_idx[fi++] = idx;
+            live_ent *e = live_at(c, k->f_addr[fi]);
+            c->free_idx[fi] = e->idx;
+            e->idx = LIVE_DEAD;           /* freed (the entry stays: probe chains) */
+            e->fidx = ++fi;
         }
     }
     return 0;
@@ -417,7 +466,8 @@ static int link_frees(mlz_split_codec *c)
 long mlz_split_encode(mlz_split_codec *c, const uint8_t *v1, size_t len, const uint8_t **out)
 {
     mlz_split_cols *k = &c->cols;
-    if (len == 0 || len > MLZ_SPLIT_MAX_RAW || parse_v1(k, v1, len) || link_frees(c)) return -1;
+    if (c->model != 2 || len == 0 || len > MLZ_SPLIT_MAX_RAW || parse_v1(k, v1, len) || link_frees(c))
+        return -1;
     for (int i = 0; i < MLZ_SPLIT_NSTREAMS; i++) c->s[i].len = 0;
     stream *S = c->s;
     if (s_need(&S[MLZ_S_KIND], k->n)) return -1;
@@ -452,10 +502,8 @@ long mlz_split_encode(mlz_split_codec *c, const uint8_t *v1, size_t len, const u
                 m->size_len[ss] = (uint8_t)mlz_varint_len(size);
                 if (lit_add(&size_l, size)) return -1;
             }
-            unsigned rs = reuse_slot_of(size);
-            uint32_t code = reuse_find(m, rs, size, addr), j;
-            if (code) reuse_take(m, rs, code);
-            else if ((j = ring_find(m, addr))) code = MLZ_SPLIT_REUSE_DEPTH + j;
+            uint32_t code = row_take_addr(m, reuse_slot_of(size), addr), j = c->alloc_back[ai];
+            if (!code && j && j <= MLZ_SPLIT_BACK_MAX) code = MLZ_SPLIT_REUSE_DEPTH + j;
             S[MLZ_S_ADDR_CODE].p[S[MLZ_S_ADDR_CODE].len++] = (uint8_t)code;
             c->live_pos[ai] = nlive;
             c->live_list[nlive++] = ai;
@@ -472,7 +520,7 @@ long mlz_split_encode(mlz_split_codec *c, const uint8_t *v1, size_t len, const u
                 if (lit_add(&ref_l, nlive - p)) return -1;
                 c->live_list[p] = c->live_list[--nlive];
                 c->live_pos[c->live_list[p]] = p;
-                reuse_push(m, k->a_size[idx], addr);
+                row_push(m, reuse_slot_of(k->a_size[idx]), addr);
             } else {
                 if (lit_add(&ref_l, 0) || lit_add(&flit_l, zz(addr - m->prev_free_lit))) return -1;
                 m->prev_free_lit = addr;
@@ -670,6 +718,7 @@ int mlz_split_decode(mlz_split_codec *c, const uint8_t *payload, size_t len,
 
     /* The model pass, in event order. */
     model *m = &c->m;
+    const int model2 = c->model == 2;
     model_reset(m);
     /* The live list holds each object's address and size (not its index):
      * a FREE then reads near the list's end instead of two columns at an
@@ -706,7 +755,16 @@ int mlz_split_decode(mlz_split_codec *c, const uint8_t *payload, size_t len,
             prev_th = th;
             uint64_t addr;
             uint8_t a = ac[ai];
-            if (a && a <= MLZ_SPLIT_REUSE_DEPTH) {
+            if (a && a <= MLZ_SPLIT_REUSE_DEPTH && model2) {
+                unsigned rs = reuse_slot_of(size);
+                unsigned r = c->nth_bit[m->row_state[rs] >> 8][a - 1];
+                if (r == 0xFF) BAD("address code %u names no freed block of size %llu", a, (unsigned long long)size);
+                addr = row_take(m, rs, r);
+            } else if (a > MLZ_SPLIT_REUSE_DEPTH && model2) {
+                uint32_t j = a - MLZ_SPLIT_REUSE_DEPTH;
+                if (j > fi) BAD("address code %u names a FREE before the block's first", a);
+                addr = k->f_addr[fi - j];
+            } else if (a && a <= MLZ_SPLIT_REUSE_DEPTH) {
                 unsigned rs = reuse_slot_of(size);
                 if (m->reuse_size[rs] != size || a > m->reuse_count[rs])
                     BAD("address code %u names no freed block of size %llu", a, (unsigned long long)size);
@@ -738,7 +796,8 @@ int mlz_split_decode(mlz_split_codec *c, const uint8_t *payload, size_t len,
                 nlive--;
                 live_addr[p] = live_addr[nlive];
                 live_size[p] = live_size[nlive];
-                reuse_push(m, size, addr);
+                if (model2) row_push(m, reuse_slot_of(size), addr);
+                else reuse_push(m, size, addr);
             } else {
                 addr = m->prev_free_lit + unzz(flits[fli++]);
                 m->prev_free_lit = addr;

@@ -6,8 +6,9 @@
  * streams (kinds, time deltas, size codes and literals, address codes and
  * literals, stack ids, threads, free references and literals, the rest),
  * each modelled (recent-size table, addresses reused from blocks of the same
- * size freed earlier in the block, frees naming their allocation by its
- * distance back) and then compressed with zstd. Every block decodes alone.
+ * size freed earlier in the block or from a recent FREE, frees naming their
+ * allocation by its place among the live ones) and then compressed with
+ * zstd. Every block decodes alone.
  *
  * The codec converts between one block of v1 event bytes and its encoded
  * form, losslessly: v1 -> split -> v1 gives back the same bytes. It runs
@@ -26,8 +27,9 @@
 #define MLZ_SPLIT_NSTREAMS    11
 #define MLZ_SPLIT_SIZE_SLOTS  251         /* recent-size table (slot = size mod 251) */
 #define MLZ_SPLIT_REUSE_SLOTS 1024        /* freed blocks, by size */
-#define MLZ_SPLIT_REUSE_DEPTH 8
-#define MLZ_SPLIT_RING        32          /* freed blocks of any size, latest first */
+#define MLZ_SPLIT_REUSE_DEPTH 8           /* entries per row: address codes 1..8 */
+#define MLZ_SPLIT_BACK_MAX    247         /* address codes 9..255: the 1st..247th latest FREE */
+#define MLZ_SPLIT_RING        32          /* model 1: freed blocks of any size, latest first */
 #define MLZ_SPLIT_THREAD_SLOTS 16         /* previous address per thread */
 
 enum mlz_split_stream {
@@ -53,8 +55,11 @@ typedef struct mlz_split_cols {
 
 typedef struct mlz_split_codec mlz_split_codec;
 
-/* NULL when out of memory or when libzstd is not linked in. */
+/* NULL when out of memory or when libzstd is not linked in. A new codec
+ * uses address model 2 (header flag SPLIT2); set_model(c, 1) decodes the
+ * blocks of files written before it (no encoding then). */
 mlz_split_codec *mlz_split_new(int level);
+void mlz_split_set_model(mlz_split_codec *c, int model);
 void mlz_split_free(mlz_split_codec *c);
 
 /* Encodes `len` bytes of whole v1 events (at most MLZ_SPLIT_MAX_RAW and

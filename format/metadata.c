@@ -111,7 +111,10 @@ const char *mlz_meta_function(const mlz_meta *m, uint64_t id)
 
 const mlz_stack *mlz_meta_stack(const mlz_meta *m, uint64_t id)
 {
-    if (id < m->nstacks && m->stacks[id].id == id) return &m->stacks[id];
+    /* Ids are usually dense from 0 or 1 (the payload's table counts from
+     * 1): then the id's place is known, without a search per ALLOC. */
+    if (m->nstacks && id - m->stacks[0].id < m->nstacks && m->stacks[id - m->stacks[0].id].id == id)
+        return &m->stacks[id - m->stacks[0].id];
     size_t lo = 0, hi = m->nstacks;
     while (lo < hi) {
         size_t mid = (lo + hi) / 2;

@@ -31,7 +31,8 @@
 #define MLZ_FLAG_LZ4       0x2u  /* event stream is a sequence of LZ4 blocks */
 #define MLZ_FLAG_SPLIT     0x4u  /* event stream is split-stream blocks (codec_split.h) */
 #define MLZ_FLAG_ZMETA     0x8u  /* metadata is one zstd frame of the JSON (split files only) */
-#define MLZ_FLAGS_KNOWN    (MLZ_FLAG_SEALED | MLZ_FLAG_LZ4 | MLZ_FLAG_SPLIT | MLZ_FLAG_ZMETA)
+#define MLZ_FLAG_SPLIT2    0x10u /* split blocks use address model 2 (set by every split writer) */
+#define MLZ_FLAGS_KNOWN    (MLZ_FLAG_SEALED | MLZ_FLAG_LZ4 | MLZ_FLAG_SPLIT | MLZ_FLAG_ZMETA | MLZ_FLAG_SPLIT2)
 #define MLZ_FLAGS_BLOCKS   (MLZ_FLAG_LZ4 | MLZ_FLAG_SPLIT)
 #define MLZ_SPLIT_LEVEL    9       /* zstd level of the split-stream writer:
                                       finalize keeps seconds, not minutes */

@@ -138,6 +138,8 @@ int mlz_header_decode(const uint8_t in[MLZ_HEADER_SIZE], mlz_header *h, mlz_erro
         return mlz__error_set(err, MLZ_RULE_VERSION, 20, "flags LZ4 and SPLIT together");
     if ((h->flags & MLZ_FLAG_ZMETA) && !(h->flags & MLZ_FLAG_SPLIT))
         return mlz__error_set(err, MLZ_RULE_VERSION, 20, "flag ZMETA without SPLIT");
+    if ((h->flags & MLZ_FLAG_SPLIT2) && !(h->flags & MLZ_FLAG_SPLIT))
+        return mlz__error_set(err, MLZ_RULE_VERSION, 20, "flag SPLIT2 without SPLIT");
     if ((h->flags & MLZ_FLAGS_BLOCKS) && !(h->flags & MLZ_FLAG_SEALED))
         return mlz__error_set(err, MLZ_RULE_SIZE, 20, "compressed file was never sealed (writer did not finish)");
     return 0;
@@ -186,6 +188,12 @@ stale:
 int mlz_reader_has_index(const mlz_reader *r) { return r->nidx > 0; }
 
 /* ------------------------------------------------------------ open/close */
+
+/* The address model of the file's split blocks (codec_split.h). */
+static int split_model(const mlz_reader *r)
+{
+    return r->h.flags & MLZ_FLAG_SPLIT2 ? 2 : 1;
+}
 
 static mlz_reader *open_common(mlz_reader *r, const char *path, mlz_error *err)
 {
@@ -248,6 +256,7 @@ static mlz_reader *open_common(mlz_reader *r, const char *path, mlz_error *err)
     if (r->h.flags & MLZ_FLAG_SPLIT) {
         r->split = mlz_split_new(MLZ_SPLIT_LEVEL);
         if (!r->split) return mlz__error_set(err, MLZ_RULE_IO, 0, "cannot set up the split-stream decoder (out of memory, or no libzstd)"), NULL;
+        mlz_split_set_model(r->split, split_model(r));
     }
     if ((r->h.flags & MLZ_FLAGS_BLOCKS) && path && !(r->flags & MLZ_READ_NO_INDEX)) load_index(r, path);
     r->next_off = r->data_off;
@@ -602,6 +611,7 @@ static read_ahead *ahead_start(const mlz_reader *r)
         free(a);
         return NULL;
     }
+    mlz_split_set_model(a->codec, split_model(r));
     a->r = r;
     if (mlz_worker_start(&a->w, ahead_job, a)) {
         mlz_split_free(a->codec);

@@ -124,7 +124,7 @@ static int write_head(mlz_writer *w, const mlz_writer_opts *o)
         if (n < 0) return -ENOMEM;
         meta = zmeta;
         meta_len = (size_t)n;
-        w->flags |= MLZ_FLAG_ZMETA;
+        w->flags |= MLZ_FLAG_ZMETA | MLZ_FLAG_SPLIT2;
     }
     w->meta_len = (uint32_t)meta_len;
     mlz_header h = { .version = MLZ_VERSION, .start_us = o->start_us,

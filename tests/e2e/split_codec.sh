@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # The split-stream encoding end to end: the default for `memlyze run`,
 # `--format v1` and `-z` still write v1, `memlyze convert` between all three
-# (v1 -> split -> v1 byte-identical), seek by time through the index, and
-# damaged files rejected with a rule and an offset.
+# (v1 -> split -> v1 byte-identical), files of the older address model,
+# seek by time through the index, and damaged files rejected with a rule
+# and an offset.
 . "$(dirname "$0")/lib.sh"
 flags() { "$MEMLYZE" dump "$1" 2>/dev/null | head -2 | tail -1 | sed 's/.*flags=\(0x[0-9a-f]*\).*/\1/'; }
 
 cc -O2 -o "$T/churn" "$ROOT/bench/workloads/churn.c" -lpthread || fail "build churn"
 "$MEMLYZE" run -r 1 -o "$T/d.mlyze" -- "$T/churn" threads 1 200000 >/dev/null 2>&1
-check "run: split-stream by default, metadata compressed" test "$(flags "$T/d.mlyze")" = 0xd
+check "run: split-stream by default (address model 2), metadata compressed" test "$(flags "$T/d.mlyze")" = 0x1d
 check "run: split trace valid" "$MEMLYZE" validate "$T/d.mlyze"
 check "run: split trace has its index" test -s "$T/d.mlyze.idx"
 "$MEMLYZE" run -r 1 --format v1 -o "$T/v.mlyze" -- "$T/churn" threads 1 1000 >/dev/null 2>&1
@@ -33,6 +34,15 @@ if [ "$(nproc)" -ge 2 ]; then
 else
     echo "SKIP: convert on one CPU or two (one CPU here)"
 fi
+# A split file of address model 1 (written before model 2: no flag SPLIT2)
+# reads as before, and converts to model 2 with the same events.
+M1="$ROOT/tests/data/split_model1.mlyze"
+check "model 1 file: valid" "$MEMLYZE" validate "$M1"
+"$MEMLYZE" convert --format v1 -o "$T/m1.v1" "$M1"
+"$MEMLYZE" convert --format split -o "$T/m2.split" "$M1"
+check "model 1 file: converted, model 2" test "$(flags "$T/m2.split")" = 0x1d
+"$MEMLYZE" convert --format v1 -o "$T/m2.v1" "$T/m2.split"
+check "model 1 -> model 2: the same events" cmp "$T/m1.v1" "$T/m2.v1"
 # --level trades time for size; every level reads back to the same events.
 "$MEMLYZE" convert --format split --level 1 -o "$T/l1.split" "$T/d.v1"
 "$MEMLYZE" convert --format split --level 19 -o "$T/l19.split" "$T/d.v1"
@@ -82,7 +92,7 @@ import struct, sys
 sp, v1 = open(sys.argv[1], 'rb').read(), open(sys.argv[2], 'rb').read()
 zl, jl = struct.unpack_from('<I', sp, 16)[0], struct.unpack_from('<I', v1, 16)[0]
 head = bytearray(sp[:256])
-struct.pack_into('<II', head, 16, jl, 0x5)
+struct.pack_into('<II', head, 16, jl, 0x15)   # SEALED | SPLIT | SPLIT2, no ZMETA
 open(sys.argv[3], 'wb').write(bytes(head) + v1[256:256 + jl] + sp[256 + zl:])
 PY
 "$MEMLYZE" top --json "$T/plain-meta.mlyze" 2>&1 | grep -v '"file"' > "$T/top.plain-meta"

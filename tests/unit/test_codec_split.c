@@ -4,7 +4,9 @@
  * earlier block, address reuse, 2^64-1 values, threads appearing mid-block),
  * v1 -> split -> v1 byte-identical round trips through files, the index's
  * seek by time, and rejection of every truncation and every bit flip of a
- * split file's event stream with a rule and an offset.
+ * split file's event stream with a rule and an offset. Address model 2's
+ * rows and back references, its rejection of codes that name nothing, and
+ * files of model 1 (written before it) read back event for event.
  */
 #include "../check.h"
 #include "codec_split.h"
@@ -105,6 +107,29 @@ static uint64_t col_at(const uint8_t *s, size_t len, uint32_t n, uint32_t k)
     return v;
 }
 
+
+/* Decodes a block made of the streams the last encode left in c, stream i
+ * replaced by bytes, all stored uncompressed: 0, or -1 with why. */
+static int decode_with(mlz_split_codec *c, uint32_t n, int i, const uint8_t *bytes, size_t len,
+                       char *why, size_t whylen)
+{
+    static uint8_t payload[1 << 20];
+    size_t off = 8 * MLZ_SPLIT_NSTREAMS;
+    for (int k = 0; k < MLZ_SPLIT_NSTREAMS; k++) {
+        size_t l;
+        const uint8_t *p = stream(c, k, &l);
+        if (k == i) p = bytes, l = len;
+        mlz_put_u32(payload + 8 * k, (uint32_t)l);
+        mlz_put_u32(payload + 8 * k + 4, (uint32_t)l);
+        memcpy(payload + off, p, l);
+        off += l;
+    }
+    mlz_split_codec *d = mlz_split_new(1);
+    int bad_kind, rc = d ? mlz_split_decode(d, payload, off, n, why, whylen, &bad_kind) : -1;
+    mlz_split_free(d);
+    return rc;
+}
+
 /* ------------------------------------------------------------- models */
 
 static void test_first_event_is_free_of_earlier_block(void)
@@ -170,6 +195,82 @@ static void test_address_reuse_and_size_table(void)
     CHECK(roundtrip(c, &w) == 0);
     ac = stream(c, MLZ_S_ADDR_CODE, &l);
     CHECK(l == 2 && ac[1] == MLZ_SPLIT_REUSE_DEPTH + 1);
+    mlz_split_free(c);
+}
+
+/* Model 2: a row gives blocks of a size back by their rank among those not
+ * reused yet and keeps the last 8; past a row, the j-th latest FREE of any
+ * size (j <= MLZ_SPLIT_BACK_MAX) names the address; past that, a literal. */
+static void test_rows_and_back_references(void)
+{
+    mlz_split_codec *c = mlz_split_new(3);
+    REQUIRE(c);
+    size_t l;
+    v1buf v = { .n = 0 };
+    for (int i = 1; i <= 3; i++) v1_alloc(&v, 0, 0x1000ull * i, 48, 0, 1);   /* A, B, C */
+    for (int i = 1; i <= 3; i++) v1_free(&v, 0, 0x1000ull * i);              /* latest first: C, B, A */
+    v1_alloc(&v, 0, 0x2000, 48, 0, 1);       /* B: rank 2 */
+    v1_alloc(&v, 0, 0x3000, 48, 0, 1);       /* C: rank 1 */
+    v1_alloc(&v, 0, 0x1000, 48, 0, 1);       /* A: rank 1, the others are taken */
+    CHECK(roundtrip(c, &v) == 0);
+    const uint8_t *ac = stream(c, MLZ_S_ADDR_CODE, &l);
+    REQUIRE(l == 6);
+    CHECK(ac[3] == 2 && ac[4] == 1 && ac[5] == 1);
+
+    /* Nine blocks of one size freed: the row keeps the last 8, so the
+     * first comes back as the 9th latest FREE. */
+    v = (v1buf){ .n = 0 };
+    for (int i = 0; i < 9; i++) v1_alloc(&v, 0, 0x10000ull + 0x100 * i, 64, 0, 1);
+    for (int i = 0; i < 9; i++) v1_free(&v, 0, 0x10000ull + 0x100 * i);
+    v1_alloc(&v, 0, 0x10000, 64, 0, 1);
+    v1_alloc(&v, 0, 0x10000 + 0x100 * 8, 64, 0, 1);
+    CHECK(roundtrip(c, &v) == 0);
+    ac = stream(c, MLZ_S_ADDR_CODE, &l);
+    REQUIRE(l == 11);
+    CHECK(ac[9] == MLZ_SPLIT_REUSE_DEPTH + 9 && ac[10] == 1);
+
+    /* X freed, n other blocks freed after it, X allocated again with
+     * another size (so from no row): the (n + 1)-th latest FREE. */
+    for (unsigned n = MLZ_SPLIT_BACK_MAX - 2; n <= MLZ_SPLIT_BACK_MAX; n++) {
+        v = (v1buf){ .n = 0 };
+        v1_alloc(&v, 0, 0x900000, 32, 0, 1);
+        for (unsigned i = 0; i < n; i++) v1_alloc(&v, 0, 0x100000ull + 0x40 * i, 16, 0, 1);
+        v1_free(&v, 0, 0x900000);
+        for (unsigned i = 0; i < n; i++) v1_free(&v, 0, 0x100000ull + 0x40 * i);
+        v1_alloc(&v, 0, 0x900000, 4096, 0, 1);
+        CHECK(roundtrip(c, &v) == 0);
+        ac = stream(c, MLZ_S_ADDR_CODE, &l);
+        REQUIRE(l == n + 2);
+        CHECK_EQ_U64(ac[n + 1], n + 1 <= MLZ_SPLIT_BACK_MAX ? MLZ_SPLIT_REUSE_DEPTH + n + 1 : 0);
+    }
+    mlz_split_free(c);
+}
+
+/* Codes that name no block are rejected, whatever stands in the row. */
+static void test_bad_address_codes_rejected(void)
+{
+    mlz_split_codec *c = mlz_split_new(3);
+    REQUIRE(c);
+    v1buf v = { .n = 0 };
+    v1_alloc(&v, 0, 0x1000, 48, 0, 1);
+    v1_free(&v, 0, 0x1000);
+    v1_alloc(&v, 0, 0x1000, 48, 0, 1);
+    CHECK(roundtrip(c, &v) == 0);
+    char why[200];
+    const uint8_t rank1[2] = { 0, 1 }, back1[2] = { 0, MLZ_SPLIT_REUSE_DEPTH + 1 };
+    const uint8_t rank2[2] = { 0, 2 }, back2[2] = { 0, MLZ_SPLIT_REUSE_DEPTH + 2 }, last[2] = { 0, 255 };
+    CHECK(decode_with(c, 3, MLZ_S_ADDR_CODE, rank1, 2, why, sizeof why) == 0);
+    CHECK(decode_with(c, 3, MLZ_S_ADDR_CODE, back1, 2, why, sizeof why) == 0);   /* the same block */
+    CHECK(decode_with(c, 3, MLZ_S_ADDR_CODE, rank2, 2, why, sizeof why) == -1 && strstr(why, "names no freed block"));
+    CHECK(decode_with(c, 3, MLZ_S_ADDR_CODE, back2, 2, why, sizeof why) == -1 && strstr(why, "before the block's first"));
+    CHECK(decode_with(c, 3, MLZ_S_ADDR_CODE, last, 2, why, sizeof why) == -1 && strstr(why, "before the block's first"));
+    /* The row entry was taken: a second ALLOC cannot take it again. */
+    v1_alloc(&v, 0, 0x1000, 48, 0, 1);
+    CHECK(roundtrip(c, &v) == 0);
+    const uint8_t twice[3] = { 0, 1, 1 };
+    size_t l;
+    stream(c, MLZ_S_ADDR_LIT, &l);
+    CHECK(decode_with(c, 4, MLZ_S_ADDR_CODE, twice, 3, why, sizeof why) == -1);
     mlz_split_free(c);
 }
 
@@ -310,6 +411,42 @@ static void write_sample(const char *p, unsigned flags, uint64_t events, uint64_
     mlz_writer_close(&w);
 }
 
+/* A heap that hands addresses back the way glibc's tcache does: per size
+ * class, the block freed last is reused first; one allocation in eight
+ * takes a block of another class (split or merged by the allocator). So
+ * the address models meet every case: reuse by size, reuse across sizes,
+ * fresh addresses, and frees of blocks born in an earlier block. */
+static void write_churn(const char *p, unsigned flags, uint64_t events)
+{
+    static mlz_writer w;
+    mlz_writer_opts o = { .start_us = 1700000000000000ull, .meta = META, .meta_len = sizeof META - 1,
+                          .flags = flags, .replace = 1, .buf = wbuf, .buf_size = 65536,
+                          .zbuf = zbuf, .zbuf_size = sizeof zbuf };
+    if (mlz_writer_open(&w, p, &o)) return;
+    uint64_t t = o.start_us, s = 11, live[64] = { 0 }, size[64] = { 0 }, freed[64][16], next = 0x7f0000100000ull;
+    unsigned nfreed[64] = { 0 };
+    for (uint64_t i = 0; i < events; i++) {
+        uint64_t r = check_rng(&s);
+        t += r % 3;
+        unsigned k = (r >> 8) & 63;
+        if (live[k]) {
+            mlz_writer_free(&w, t, live[k]);
+            unsigned c = (unsigned)(size[k] / 16) & 63;
+            if (nfreed[c] < 16) freed[c][nfreed[c]++] = live[k];
+            live[k] = 0;
+            continue;
+        }
+        uint64_t sz = 16 + ((r >> 20) % 48) * 16;
+        unsigned c = (unsigned)(sz / 16) & 63;
+        if ((r >> 30) % 8 == 0) c = (unsigned)(r >> 33) & 63;      /* another class's block */
+        uint64_t a = nfreed[c] ? freed[c][--nfreed[c]] : (next += 1024);
+        mlz_writer_alloc(&w, t, a, sz, (r >> 40) & 1, (uint16_t)(1 + (r >> 62)));
+        live[k] = a;
+        size[k] = sz;
+    }
+    mlz_writer_close(&w);
+}
+
 /* Copies every event of in into a new file of the given flags. */
 static int convert(const char *in, const char *out, unsigned flags)
 {
@@ -345,7 +482,7 @@ static void test_v1_split_v1_identical(void)
     mlz_reader *r = mlz_reader_open(path_of("a.split"), 0, &e);
     REQUIRE(r);
     const mlz_header *h = mlz_reader_header(r);
-    CHECK(h->flags == (MLZ_FLAG_SEALED | MLZ_FLAG_SPLIT | MLZ_FLAG_ZMETA));
+    CHECK(h->flags == (MLZ_FLAG_SEALED | MLZ_FLAG_SPLIT | MLZ_FLAG_ZMETA | MLZ_FLAG_SPLIT2));
     CHECK_EQ_U64(h->raw_len, na - MLZ_HEADER_SIZE - (sizeof META - 1));
     CHECK(h->meta_len != sizeof META - 1);   /* compressed */
     const mlz_meta *m = mlz_reader_meta(r);
@@ -443,6 +580,42 @@ static int read_all(const uint8_t *b, size_t n, mlz_error *e)
     while ((rc2 = mlz_reader_next_block(r, &bv, e)) == 1) {}
     mlz_reader_close(r);
     return rc1 == rc2 ? rc1 : 1;
+}
+
+static int same_file(const char *a, const char *b)
+{
+    size_t na, nb;
+    uint8_t *x = slurp(a, &na), *y = slurp(b, &nb);
+    int same = x && y && na == nb && !memcmp(x, y, na);
+    free(x);
+    free(y);
+    return same;
+}
+
+/* Files written before model 2 (no SPLIT2 flag) are read with model 1.
+ * tests/data/split_model1.mlyze is what the model-1 writer made of
+ * write_churn(.., 20000) in blocks of 64 KiB: its events come back byte
+ * for byte, event by event and block by block, and through model 2. */
+static void test_model1_file_still_reads(void)
+{
+    const char *fx = "tests/data/split_model1.mlyze";
+    mlz_error e;
+    mlz_reader *r = mlz_reader_open(fx, MLZ_READ_NO_INDEX, &e);
+    REQUIRE(r);
+    CHECK(mlz_reader_header(r)->flags == (MLZ_FLAG_SEALED | MLZ_FLAG_SPLIT | MLZ_FLAG_ZMETA));
+    CHECK(mlz_reader_has_index(r) == 0);
+    mlz_reader_close(r);
+    write_churn(path_of("m.v1"), 0, 20000);
+    REQUIRE(convert(fx, path_of("m1.v1"), 0) == 0);
+    CHECK(same_file(path_of("m.v1"), path_of("m1.v1")));
+    REQUIRE(convert(fx, path_of("m2.split"), MLZ_FLAG_SPLIT) == 0);
+    REQUIRE(convert(path_of("m2.split"), path_of("m2.v1"), 0) == 0);
+    CHECK(same_file(path_of("m.v1"), path_of("m2.v1")));
+    size_t n;
+    uint8_t *b = slurp(fx, &n);
+    REQUIRE(b);
+    CHECK(read_all(b, n, &e) == 0);
+    free(b);
 }
 
 static void test_every_truncation_and_bit_flip(void)
@@ -546,6 +719,8 @@ int main(int argc, char **argv)
     if (!mkdtemp(dir)) return 1;
     RUN(test_first_event_is_free_of_earlier_block);
     RUN(test_address_reuse_and_size_table);
+    RUN(test_rows_and_back_references);
+    RUN(test_bad_address_codes_rejected);
     RUN(test_extreme_values);
     RUN(test_varint_boundaries_per_width);
     RUN(test_threads_mid_block);
@@ -553,6 +728,7 @@ int main(int argc, char **argv)
     RUN(test_v1_split_v1_identical);
     RUN(test_seek_by_time);
     RUN(test_block_columns_match_events);
+    RUN(test_model1_file_still_reads);
     RUN(test_every_truncation_and_bit_flip);
     RUN(test_metadata_frame);
     char cmd[128];
