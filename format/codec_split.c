@@ -53,9 +53,9 @@
 
 #define DIR_BYTES (MLZ_SPLIT_NSTREAMS * 8)
 
-/* The freed blocks of one size slot, latest last: one cache line. The slot
- * sizes and counts sit apart (9 KiB that stay in L1), so a push or a take
- * touches a single line of the 64 KiB of addresses. */
+/* The freed blocks of one size slot (a row): one cache line. The rows'
+ * states (and model 1's sizes and counts) sit apart, in lines that stay in
+ * L1, so a push or a take touches a single line of the 64 KiB of addresses. */
 typedef struct reuse_slot {
     uint64_t addr[MLZ_SPLIT_REUSE_DEPTH];
 } __attribute__((aligned(64))) reuse_slot;

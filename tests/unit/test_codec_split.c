@@ -121,7 +121,7 @@ static int decode_with(mlz_split_codec *c, uint32_t n, int i, const uint8_t *byt
         if (k == i) p = bytes, l = len;
         mlz_put_u32(payload + 8 * k, (uint32_t)l);
         mlz_put_u32(payload + 8 * k + 4, (uint32_t)l);
-        memcpy(payload + off, p, l);
+        if (l) memcpy(payload + off, p, l);
         off += l;
     }
     mlz_split_codec *d = mlz_split_new(1);

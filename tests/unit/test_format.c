@@ -208,6 +208,38 @@ static void test_empty_tables_and_no_events(void)
     CHECK(read_all(path_of("nostacks.mlyze"), 0, &n, &e) == -1 && e.rule == MLZ_RULE_METADATA);
 }
 
+/* Stack look-up by id: dense from 0, dense from 1 (the payload counts
+ * from 1) and sparse ids all find every stack and nothing else. */
+static void test_stack_lookup(void)
+{
+    static const uint64_t sets[3][4] = { { 0, 1, 2, 3 }, { 1, 2, 3, 4 }, { 2, 7, 100, 1000 } };
+    static const uint64_t absent[] = { 5, 6, 8, 99, 101, 999, 1001, UINT64_MAX };
+    static mlz_writer w;
+    for (int k = 0; k < 3; k++) {
+        char meta[512];
+        size_t n = (size_t)snprintf(meta, sizeof meta, "{\"stack_traces\":{");
+        for (int i = 0; i < 4; i++)
+            n += (size_t)snprintf(meta + n, sizeof meta - n, "%s\"%llu\":[{\"file_id\":0,\"line\":%d,\"func_id\":0}]",
+                                  i ? "," : "", (unsigned long long)sets[k][i], i + 1);
+        n += (size_t)snprintf(meta + n, sizeof meta - n, "},\"files\":{\"0\":\"a.c\"},\"functions\":{\"0\":\"f\"}}");
+        mlz_writer_opts o = { .start_us = 5, .meta = meta, .meta_len = n, .replace = 1, .buf = wbuf, .buf_size = sizeof wbuf };
+        REQUIRE(mlz_writer_open(&w, path_of("ids.mlyze"), &o) == 0);
+        REQUIRE(mlz_writer_close(&w) == 0);
+        mlz_error e;
+        mlz_reader *r = mlz_reader_open(path_of("ids.mlyze"), 0, &e);
+        REQUIRE(r);
+        const mlz_meta *m = mlz_reader_meta(r);
+        for (int i = 0; i < 4; i++) {
+            const mlz_stack *st = mlz_meta_stack(m, sets[k][i]);
+            CHECK(st && st->id == sets[k][i] && st->depth == 1 && st->frames[0].line == (uint64_t)i + 1);
+        }
+        for (size_t i = 0; i < sizeof absent / sizeof absent[0]; i++)
+            if (absent[i] != sets[k][0] && absent[i] != sets[k][3]) CHECK(mlz_meta_stack(m, absent[i]) == NULL);
+        if (k) CHECK(mlz_meta_stack(m, 0) == NULL);
+        mlz_reader_close(r);
+    }
+}
+
 static void test_never_overwrites_without_replace(void)
 {
     static mlz_writer w;
@@ -514,6 +546,7 @@ int main(int argc, char **argv)
     RUN(test_roundtrip_raw_and_lz4);
     RUN(test_lz4_smaller_and_seek);
     RUN(test_empty_tables_and_no_events);
+    RUN(test_stack_lookup);
     RUN(test_never_overwrites_without_replace);
     RUN(test_every_truncation);
     RUN(test_plain_v1_truncation);
