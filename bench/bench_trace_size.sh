@@ -91,7 +91,12 @@ echo "HATF Table 4 (average bytes/record): simple binary 16 / 2.62 gzip; HATF be
 echo "  split stream 13 / 1.59; HATF SplitAddr 5.65 / 1.54 (the best compressed)"
 
 # Decoding alone (the reader library), then the commands.
+echo "churn:"
 "$B/bench/bench_decode" "$T/churn.v1" "$T/churn.split" 5
+if [ -f "$T/redis.v1" ]; then
+    echo "redis (each read opens the file: its 2 MB of symbolized JSON metadata included):"
+    "$B/bench/bench_decode" "$T/redis.v1" "$T/redis.split" 5
+fi
 
 # Reading speed of the commands on the churn trace, alternating encodings.
 n=$(events "$T/churn.v1")
