@@ -843,6 +843,18 @@ int mlz_reader_seek_time(mlz_reader *r, uint64_t t_us, mlz_error *err)
 /* Rule 4 over a column of stack ids; consecutive repeats are checked once. */
 static int check_stacks(mlz_reader *r, const mlz_split_cols *c, mlz_error *err)
 {
+    /* A trace's stack ids are usually dense: then a block whose ids lie
+     * within them is checked by its smallest and largest (a loop that
+     * vectorises), not id by id. */
+    size_t ns = r->meta.nstacks;
+    if (!r->spool && ns && r->meta.stacks[ns - 1].id - r->meta.stacks[0].id == ns - 1) {
+        uint64_t lo = UINT64_MAX, hi = 0;
+        for (uint32_t i = 0; i < c->nalloc; i++) {
+            lo = c->a_stack[i] < lo ? c->a_stack[i] : lo;
+            hi = c->a_stack[i] > hi ? c->a_stack[i] : hi;
+        }
+        if (lo >= r->meta.stacks[0].id && hi <= r->meta.stacks[ns - 1].id) return 0;
+    }
     uint64_t last = UINT64_MAX;
     int last_ok = 0;
     for (uint32_t i = 0; i < c->nalloc; i++) {

@@ -563,6 +563,38 @@ static void test_block_columns_match_events(void)
     mlz_reader_close(v);
 }
 
+/* Block reading checks every ALLOC's stack against the metadata: ids
+ * above and below a dense range, and within a sparse one, are refused
+ * with the rule of references; ids inside pass. */
+static void test_unknown_stacks_rejected_by_blocks(void)
+{
+    static const char *metas[] = {
+        "{\"stack_traces\":{\"1\":[],\"2\":[]},\"files\":{},\"functions\":{}}",       /* dense 1..2 */
+        "{\"stack_traces\":{\"1\":[],\"3\":[]},\"files\":{},\"functions\":{}}",       /* sparse */
+    };
+    static const uint64_t bad[2][3] = { { 0, 3 }, { 0, 4, 2 } };   /* below, above, the sparse one's gap */
+    static const int nbad[2] = { 2, 3 };
+    static mlz_writer w;
+    for (int m = 0; m < 2; m++) {
+        for (int k = -1; k < nbad[m]; k++) {
+            mlz_writer_opts o = { .start_us = 1, .meta = metas[m], .meta_len = strlen(metas[m]), .flags = MLZ_FLAG_SPLIT,
+                                  .replace = 1, .buf = wbuf, .buf_size = sizeof wbuf };
+            REQUIRE(mlz_writer_open(&w, path_of("st.split"), &o) == 0);
+            for (uint64_t i = 0; i < 1000; i++)
+                mlz_writer_alloc(&w, 1 + i, 0x10000 + 64 * i, 32, i == 500 && k >= 0 ? bad[m][k] : 1, 1);
+            REQUIRE(mlz_writer_close(&w) == 0);
+            mlz_error e;
+            mlz_reader *r = mlz_reader_open(path_of("st.split"), MLZ_READ_NO_INDEX, &e);
+            REQUIRE(r);
+            mlz_block_view b;
+            int rc = mlz_reader_next_block(r, &b, &e);
+            if (k < 0) CHECK(rc == 1 && b.nalloc == 1000);
+            else CHECK(rc == -1 && e.rule == MLZ_RULE_REFERENCE);
+            mlz_reader_close(r);
+        }
+    }
+}
+
 /* Reads a whole file from memory, event by event and then (what memlyze
  * validate does) block by block: 0 if both end cleanly, -1 if both report
  * an error (rule and offset of the block path in *e), 1 if they disagree. */
@@ -729,6 +761,7 @@ int main(int argc, char **argv)
     RUN(test_seek_by_time);
     RUN(test_block_columns_match_events);
     RUN(test_model1_file_still_reads);
+    RUN(test_unknown_stacks_rejected_by_blocks);
     RUN(test_every_truncation_and_bit_flip);
     RUN(test_metadata_frame);
     char cmd[128];
