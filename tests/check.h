@@ -65,4 +65,30 @@ static void check_run_(const char *name, void (*fn)(void))
 #define RUN(fn) check_run_(#fn, fn)
 #define CHECK_EXIT() return check_total_failed_ ? 1 : 0
 
+/* A whole file in memory (malloc'd; *n its length), or NULL. */
+static inline void *check_slurp(const char *path, size_t *n)
+{
+    *n = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    void *b = malloc(len > 0 ? (size_t)len : 1);
+    *n = b ? fread(b, 1, (size_t)len, f) : 0;
+    fclose(f);
+    return b;
+}
+
+/* 1 if both files exist and hold the same bytes. */
+static inline int check_same_file(const char *a, const char *b)
+{
+    size_t na = 0, nb = 0;
+    void *x = check_slurp(a, &na), *y = check_slurp(b, &nb);
+    int same = x && y && na == nb && !memcmp(x, y, na);
+    free(x);
+    free(y);
+    return same;
+}
+
 #endif

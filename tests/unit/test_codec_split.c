@@ -374,17 +374,6 @@ static char *path_of(const char *name)
     return p[i];
 }
 
-static void *slurp(const char *p, size_t *n)
-{
-    int fd = open(p, O_RDONLY);
-    if (fd < 0) return NULL;
-    struct stat st;
-    fstat(fd, &st);
-    void *b = malloc((size_t)st.st_size + 1);
-    *n = (size_t)read(fd, b, (size_t)st.st_size);
-    close(fd);
-    return b;
-}
 
 /* Writes a sample trace (allocations, frees across blocks, markers). */
 /* every: end a block each `every` events (0: blocks as full as they go). */
@@ -474,7 +463,7 @@ static void test_v1_split_v1_identical(void)
     REQUIRE(convert(path_of("a.mlyze"), path_of("a.split"), MLZ_FLAG_SPLIT) == 0);
     REQUIRE(convert(path_of("a.split"), path_of("b.mlyze"), 0) == 0);
     size_t na, nb, ns;
-    uint8_t *a = slurp(path_of("a.mlyze"), &na), *b = slurp(path_of("b.mlyze"), &nb), *sp = slurp(path_of("a.split"), &ns);
+    uint8_t *a = check_slurp(path_of("a.mlyze"), &na), *b = check_slurp(path_of("b.mlyze"), &nb), *sp = check_slurp(path_of("a.split"), &ns);
     REQUIRE(a && b && sp);
     CHECK(na == nb && !memcmp(a, b, na));
     CHECK(ns * 2 < na);                      /* and smaller, even on random data */
@@ -614,15 +603,6 @@ static int read_all(const uint8_t *b, size_t n, mlz_error *e)
     return rc1 == rc2 ? rc1 : 1;
 }
 
-static int same_file(const char *a, const char *b)
-{
-    size_t na, nb;
-    uint8_t *x = slurp(a, &na), *y = slurp(b, &nb);
-    int same = x && y && na == nb && !memcmp(x, y, na);
-    free(x);
-    free(y);
-    return same;
-}
 
 /* Files written before model 2 (no SPLIT2 flag) are read with model 1.
  * tests/data/split_model1.mlyze is what the model-1 writer made of
@@ -639,12 +619,12 @@ static void test_model1_file_still_reads(void)
     mlz_reader_close(r);
     write_churn(path_of("m.v1"), 0, 20000);
     REQUIRE(convert(fx, path_of("m1.v1"), 0) == 0);
-    CHECK(same_file(path_of("m.v1"), path_of("m1.v1")));
+    CHECK(check_same_file(path_of("m.v1"), path_of("m1.v1")));
     REQUIRE(convert(fx, path_of("m2.split"), MLZ_FLAG_SPLIT) == 0);
     REQUIRE(convert(path_of("m2.split"), path_of("m2.v1"), 0) == 0);
-    CHECK(same_file(path_of("m.v1"), path_of("m2.v1")));
+    CHECK(check_same_file(path_of("m.v1"), path_of("m2.v1")));
     size_t n;
-    uint8_t *b = slurp(fx, &n);
+    uint8_t *b = check_slurp(fx, &n);
     REQUIRE(b);
     CHECK(read_all(b, n, &e) == 0);
     free(b);
@@ -655,7 +635,7 @@ static void test_every_truncation_and_bit_flip(void)
     /* Small blocks (300 events each) so that several blocks are tested. */
     write_sample(path_of("f.split"), MLZ_FLAG_SPLIT, 1500, 300);
     size_t n;
-    uint8_t *b = slurp(path_of("f.split"), &n);
+    uint8_t *b = check_slurp(path_of("f.split"), &n);
     REQUIRE(b);
     mlz_error e;
     REQUIRE(read_all(b, n, &e) == 0);

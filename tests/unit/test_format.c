@@ -32,17 +32,6 @@ static char *path_of(const char *name)
     return p;
 }
 
-static void *slurp(const char *p, size_t *n)
-{
-    int fd = open(p, O_RDONLY);
-    if (fd < 0) return NULL;
-    struct stat st;
-    fstat(fd, &st);
-    void *b = malloc((size_t)st.st_size + 1);
-    *n = (size_t)read(fd, b, (size_t)st.st_size);
-    close(fd);
-    return b;
-}
 
 /* Writes a file with every event type; returns the number of events. */
 static uint64_t write_sample(const char *p, unsigned flags, uint64_t nalloc)
@@ -160,7 +149,7 @@ static void test_roundtrip_raw_and_lz4(void)
 static void test_lz4_smaller_and_seek(void)
 {
     size_t a, b;
-    void *raw = slurp(path_of("rt.mlyze"), &a), *lz = slurp(path_of("rt.lz4.mlyze"), &b);
+    void *raw = check_slurp(path_of("rt.mlyze"), &a), *lz = check_slurp(path_of("rt.lz4.mlyze"), &b);
     REQUIRE(raw && lz);
     CHECK(b < a * 3 / 4);   /* synthetic sizes vary a lot; real traces compress better (bench/) */
     free(raw);
@@ -269,7 +258,7 @@ static void test_every_truncation(void)
     mlz_writer_marker(&w, 1600, 2);
     REQUIRE(mlz_writer_close(&w) == 0);
     size_t n;
-    uint8_t *b = slurp(p, &n);
+    uint8_t *b = check_slurp(p, &n);
     REQUIRE(b);
     int all_rejected = 1;
     for (size_t len = 0; len < n; len++) {
@@ -299,7 +288,7 @@ static void test_plain_v1_truncation(void)
     mlz_writer_free(&w, 1002, 0x1000);
     REQUIRE(mlz_writer_close(&w) == 0);
     size_t n;
-    uint8_t *b = slurp(p, &n);
+    uint8_t *b = check_slurp(p, &n);
     REQUIRE(b);
     CHECK(mlz_get_u32(b + 20) == 0);
     mlz_error e = { 0 };
@@ -339,7 +328,7 @@ static void test_bit_flips(void)
         mlz_writer_marker(&w, 1600, 2);
         REQUIRE(mlz_writer_close(&w) == 0);
         size_t n;
-        uint8_t *b = slurp(p, &n);
+        uint8_t *b = check_slurp(p, &n);
         REQUIRE(b);
         unsigned caught = 0, total = 0;
         for (size_t i = 0; i < n; i++)

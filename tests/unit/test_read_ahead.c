@@ -110,28 +110,7 @@ static void test_a_second_thread_decodes(void)
     sched_setaffinity(0, sizeof all, &all);
 }
 
-static void *slurp(const char *p, size_t *n)
-{
-    FILE *f = fopen(p, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    void *b = malloc(len > 0 ? (size_t)len : 1);
-    *n = b ? fread(b, 1, (size_t)len, f) : 0;
-    fclose(f);
-    return b;
-}
 
-static int same_file(const char *a, const char *b)
-{
-    size_t na, nb;
-    void *x = slurp(a, &na), *y = slurp(b, &nb);
-    int same = x && y && na == nb && !memcmp(x, y, na);
-    free(x);
-    free(y);
-    return same;
-}
 
 /* The writer: with two CPUs a second thread encodes while blocks fill (and
  * is gone after close); with one, none. Same file and index either way. */
@@ -157,7 +136,7 @@ static void test_writer_second_thread(void)
     write_file(p1);
     CHECK(g_threads_writing == before);
     sched_setaffinity(0, sizeof all, &all);
-    CHECK(same_file(p1, p2) && same_file(i1, i2) && same_file(p1, path));
+    CHECK(check_same_file(p1, p2) && check_same_file(i1, i2) && check_same_file(p1, path));
 }
 
 static void test_every_event_in_order(void)
