@@ -755,29 +755,29 @@ int mlz_split_decode(mlz_split_codec *c, const uint8_t *payload, size_t len,
             prev_th = th;
             uint64_t addr;
             uint8_t a = ac[ai];
-            if (a && a <= MLZ_SPLIT_REUSE_DEPTH && model2) {
-                unsigned rs = reuse_slot_of(size);
-                unsigned r = c->nth_bit[m->row_state[rs] >> 8][a - 1];
-                if (r == 0xFF) BAD("address code %u names no freed block of size %llu", a, (unsigned long long)size);
-                addr = row_take(m, rs, r);
-            } else if (a > MLZ_SPLIT_REUSE_DEPTH && model2) {
-                uint32_t j = a - MLZ_SPLIT_REUSE_DEPTH;
-                if (j > fi) BAD("address code %u names a FREE before the block's first", a);
-                addr = k->f_addr[fi - j];
-            } else if (a && a <= MLZ_SPLIT_REUSE_DEPTH) {
-                unsigned rs = reuse_slot_of(size);
-                if (m->reuse_size[rs] != size || a > m->reuse_count[rs])
-                    BAD("address code %u names no freed block of size %llu", a, (unsigned long long)size);
-                addr = reuse_take(m, rs, a);
-            } else if (a) {
-                uint32_t j = a - MLZ_SPLIT_REUSE_DEPTH;
-                if (j > m->ring_count) BAD("address code %u names no recently freed block", a);
-                addr = m->ring[(m->ring_head + MLZ_SPLIT_RING + 1 - j) % MLZ_SPLIT_RING];
-            } else {
+            if (!a) {
                 /* Writers code the first match (docs/FORMAT.md); readers do
                  * not re-check it: the CRC guards the bytes, and a different
                  * choice would still decode to the same events. */
                 addr = addr_base(m, th) + unzz(addr_lit[li++]);
+            } else if (model2 && a <= MLZ_SPLIT_REUSE_DEPTH) {
+                unsigned rs = reuse_slot_of(size);
+                unsigned r = c->nth_bit[m->row_state[rs] >> 8][a - 1];
+                if (r == 0xFF) BAD("address code %u names no freed block of size %llu", a, (unsigned long long)size);
+                addr = row_take(m, rs, r);
+            } else if (model2) {
+                uint32_t j = a - MLZ_SPLIT_REUSE_DEPTH;
+                if (j > fi) BAD("address code %u names a FREE before the block's first", a);
+                addr = k->f_addr[fi - j];
+            } else if (a <= MLZ_SPLIT_REUSE_DEPTH) {
+                unsigned rs = reuse_slot_of(size);
+                if (m->reuse_size[rs] != size || a > m->reuse_count[rs])
+                    BAD("address code %u names no freed block of size %llu", a, (unsigned long long)size);
+                addr = reuse_take(m, rs, a);
+            } else {
+                uint32_t j = a - MLZ_SPLIT_REUSE_DEPTH;
+                if (j > m->ring_count) BAD("address code %u names no recently freed block", a);
+                addr = m->ring[(m->ring_head + MLZ_SPLIT_RING + 1 - j) % MLZ_SPLIT_RING];
             }
             live_addr[nlive] = addr;
             live_size[nlive++] = size;

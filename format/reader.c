@@ -189,10 +189,13 @@ int mlz_reader_has_index(const mlz_reader *r) { return r->nidx > 0; }
 
 /* ------------------------------------------------------------ open/close */
 
-/* The address model of the file's split blocks (codec_split.h). */
-static int split_model(const mlz_reader *r)
+/* A decoder for the file's split blocks, of its address model
+ * (codec_split.h); NULL when out of memory or without libzstd. */
+static mlz_split_codec *split_decoder(const mlz_reader *r)
 {
-    return r->h.flags & MLZ_FLAG_SPLIT2 ? 2 : 1;
+    mlz_split_codec *c = mlz_split_new(MLZ_SPLIT_LEVEL);
+    if (c) mlz_split_set_model(c, r->h.flags & MLZ_FLAG_SPLIT2 ? 2 : 1);
+    return c;
 }
 
 static mlz_reader *open_common(mlz_reader *r, const char *path, mlz_error *err)
@@ -254,9 +257,8 @@ static mlz_reader *open_common(mlz_reader *r, const char *path, mlz_error *err)
         if (!r->zbuf) return mlz__error_set(err, MLZ_RULE_IO, 0, "out of memory"), NULL;
     }
     if (r->h.flags & MLZ_FLAG_SPLIT) {
-        r->split = mlz_split_new(MLZ_SPLIT_LEVEL);
+        r->split = split_decoder(r);
         if (!r->split) return mlz__error_set(err, MLZ_RULE_IO, 0, "cannot set up the split-stream decoder (out of memory, or no libzstd)"), NULL;
-        mlz_split_set_model(r->split, split_model(r));
     }
     if ((r->h.flags & MLZ_FLAGS_BLOCKS) && path && !(r->flags & MLZ_READ_NO_INDEX)) load_index(r, path);
     r->next_off = r->data_off;
@@ -607,11 +609,10 @@ static void ahead_stop(read_ahead *a)
 static read_ahead *ahead_start(const mlz_reader *r)
 {
     read_ahead *a = calloc(1, sizeof *a);
-    if (!a || !(a->codec = mlz_split_new(MLZ_SPLIT_LEVEL))) {
+    if (!a || !(a->codec = split_decoder(r))) {
         free(a);
         return NULL;
     }
-    mlz_split_set_model(a->codec, split_model(r));
     a->r = r;
     if (mlz_worker_start(&a->w, ahead_job, a)) {
         mlz_split_free(a->codec);
@@ -844,8 +845,8 @@ int mlz_reader_seek_time(mlz_reader *r, uint64_t t_us, mlz_error *err)
 static int check_stacks(mlz_reader *r, const mlz_split_cols *c, mlz_error *err)
 {
     /* A trace's stack ids are usually dense: then a block whose ids lie
-     * within them is checked by its smallest and largest (a loop that
-     * vectorises), not id by id. */
+     * within them is checked by its smallest and largest (one pass with
+     * no look-up), not id by id. */
     size_t ns = r->meta.nstacks;
     if (!r->spool && ns && r->meta.stacks[ns - 1].id - r->meta.stacks[0].id == ns - 1) {
         uint64_t lo = UINT64_MAX, hi = 0;
