@@ -35,7 +35,8 @@ static const char usage[] =
     "                        memalign, aligned_alloc or posix_memalign (same arguments);\n"
     "                        an inline hook on its entry; repeatable\n"
     "      --allow-seccomp   try even if the target runs under a seccomp filter\n"
-    "      --hold MS         keep the other threads stopped at most MS while loading (default 15)\n"
+    "      --hold MS         keep the other threads stopped at most MS while loading\n"
+    "                        (default 15; until done where glibc's lock layout is unknown)\n"
     "      --thread TID      borrow this thread only (tests, debugging)\n"
     "  -v, --verbose         say what is done; -q: print nothing on success\n"
     "  -h, --help            this text\n";
@@ -220,8 +221,6 @@ static int start_payload(attach_args *a, attach_run *x)
     if ((rc = mlz__session_begin(&x->s, pid, a->o.thread, a->o.timeout_ms, a->o.hold_ms))) return x->in_session = 1, rc;
     x->in_session = 1;
     mlz__note("borrowing thread %d", (int)x->s.r.tid);
-    if ((rc = mlz__remote_prepare(&x->s.r))) return rc;
-    mlz__note("scratch mapped at 0x%llx", (unsigned long long)x->s.r.scratch);
     if ((rc = mlz__load_payload(&x->s.r, a->payload, &x->l))) return rc;
     mlz__note("payload %s (%s)", x->l.reused ? "already mapped: reused" : "loaded from a memfd", x->l.name[0] ? x->l.name : "-");
 

@@ -27,7 +27,8 @@ static const char usage[] =
     "  -o, --output FILE  the trace (default: what memlyze-attach -o named)\n"
     "      --timeout MS   give up waiting for a safe point after MS (default 5000)\n"
     "      --no-finalize  keep the raw spool, do not write FILE\n"
-    "      --hold MS      keep the other threads stopped at most MS while loading (default 15)\n"
+    "      --hold MS      keep the other threads stopped at most MS while loading\n"
+    "                     (default 15; until done where glibc's lock layout is unknown)\n"
     "      --thread TID   borrow this thread only (tests, debugging)\n"
     "  -v, --verbose      say what is done; -q: print nothing on success\n"
     "  -h, --help         this text\n";
@@ -158,7 +159,7 @@ int main(int argc, char **argv)
 
     uint64_t t0 = mlz__now_us();
     if ((rc = mlz__session_begin(&s, pid, want_tid, timeout_ms, hold_ms))) { mlz__session_end(&s); goto fail; }
-    if ((rc = mlz__remote_prepare(&s.r)) || (rc = mlz__find_loaded(&s.r, &l)) ||
+    if ((rc = mlz__find_loaded(&s.r, &l)) ||
         (rc = mlz__call_entry(&s.r, l.fn_detach, NULL, &ret, timeout_ms * 4))) {
         mlz__session_end(&s);
         goto fail;

@@ -159,6 +159,11 @@ typedef struct mlz_remote {
     uint64_t release_at_us;
     void (*release)(void *arg);
     void *release_arg;
+    /* The loader lock (_dl_load_lock) the session takes in this thread, and
+     * libc's pthread_mutex_unlock: a thread that restores itself gives the
+     * lock back first (set before the scratch is mapped; 0: not used). */
+    uint64_t loader_lock, unlock_fn;
+    int loader_locked;               /* taken, not given back yet */
 } mlz_remote;
 
 int  mlz__remote_begin(mlz_remote *r, pid_t pid, pid_t tid, int timeout_ms);

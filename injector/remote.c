@@ -95,9 +95,6 @@ static const char *sig_name(int sig)
     return s ? s : "?";
 }
 
-/* Resume the borrowed thread and wait for the stop that ends the step.
- * Group stops and stray interrupt traps are waited through (the thread is
- * resumed again); the stop we stay in is returned in *st. */
 /* The borrowed thread sleeps (a futex: a lock, likely held by a thread we
  * stopped) rather than runs: no use holding the others any longer. */
 static int borrowed_sleeps(mlz_remote *r)
@@ -114,6 +111,9 @@ static void release_others(mlz_remote *r)
     r->release(r->release_arg);
 }
 
+/* Resume the borrowed thread and wait for the stop that ends the step.
+ * Group stops and stray interrupt traps are waited through (the thread is
+ * resumed again); the stop we stay in is returned in *st. */
 static int run_until_stop(mlz_remote *r, int syscall_mode, int *st, int timeout_ms)
 {
     uint64_t deadline = mlz__now_us() + (uint64_t)timeout_ms * 1000u;
@@ -254,13 +254,34 @@ static void emit_restore(emit *e, const mlz_remote *r, uint64_t tmp_stack, uint6
     e_movabs(e, RSP, tmp_stack);
     e_movabs(e, RAX, r->sigmask);
     e_u8(e, 0x50);                                                     /* push rax */
-    e_mov32(e, RAX, SYS_rt_sigprocmask);
+    e_mov32(e, RAX, SYS_rt_sigprocmask);                               /* the marker: a no-op */
+    e_mov32(e, RDI, SIG_SETMASK);
+    e_bytes(e, "\x31\xf6", 2);                                         /* xor esi, esi */
+    e_bytes(e, "\x31\xd2", 2);                                         /* xor edx, edx */
+    e_mov32(e, R10, 8);
+    e_bytes(e, "\x0f\x05", 2);                                         /* syscall */
+    *marker = e->at + e->n;
+    /* From here on the thread restores itself (we died, or let it go). The
+     * loader lock, if the session still holds it in this thread, is given
+     * back first, signals still blocked: pthread_mutex_unlock(lock) when
+     * the lock's owner (+8) is this thread. */
+    if (image && r->loader_lock && r->unlock_fn) {
+        e_movabs(e, RAX, r->loader_lock);
+        e_bytes(e, "\x8b\x40\x08", 3);                                 /* mov eax, [rax+8] */
+        e_u8(e, 0x3d); e_u32(e, (uint32_t)r->tid);                     /* cmp eax, tid */
+        e_bytes(e, "\x75\x1e", 2);                                     /* jne over the next 30 bytes */
+        e_movabs(e, RDI, r->loader_lock);
+        e_movabs(e, RAX, r->unlock_fn);
+        e_bytes(e, "\x48\x83\xec\x08", 4);                             /* sub rsp, 8: aligned at the call */
+        e_bytes(e, "\xff\xd0", 2);                                     /* call rax */
+        e_bytes(e, "\x48\x83\xc4\x08", 4);                             /* add rsp, 8 */
+    }
+    e_mov32(e, RAX, SYS_rt_sigprocmask);                               /* the thread's own mask */
     e_mov32(e, RDI, SIG_SETMASK);
     e_bytes(e, "\x48\x89\xe6", 3);                                     /* mov rsi, rsp */
     e_bytes(e, "\x31\xd2", 2);                                         /* xor edx, edx */
     e_mov32(e, R10, 8);
-    e_bytes(e, "\x0f\x05", 2);                                         /* syscall: the marker */
-    *marker = e->at + e->n;
+    e_bytes(e, "\x0f\x05", 2);                                         /* syscall */
     if (r->boosted) {
         e_mov32(e, RAX, SYS_setpriority);
         e_mov32(e, RDI, PRIO_PROCESS);

@@ -4,13 +4,19 @@
  *
  * Sequence: block SIGINT/SIGTERM/SIGHUP/SIGQUIT (a ^C in the window would
  * leave the target with a borrowed thread), hold every thread, find a safe
- * thread (safepoint.c), save its state (remote.c). While it loads, the other
- * threads stay held for at most hold_ms from the stop - so on a busy machine
- * nothing competes with it - except those the scan found inside the
- * allocator, the loader or the payload (possible lock holders), which go at
- * once; and all of them go as soon as the borrowed thread sleeps (it waits
- * for a lock one of them holds) or hold_ms is over. session_end undoes
- * everything in reverse, keeping the first error.
+ * thread (safepoint.c), save its state and map our scratch (remote.c), and
+ * take the dynamic loader's lock in it, all while the others are held.
+ * The lock is kept until session_end: every dlopen, dlsym or dladdr we make
+ * nests inside it, and no other thread can enter a library constructor
+ * that might wait for the thread we borrowed (that deadlocks the target
+ * once the others run: a plugin's constructor waiting for the main thread).
+ * Then those the scan found inside the allocator, the loader or the payload
+ * (possible lock holders) go; the rest stay held for at most hold_ms from
+ * the stop - so on a busy machine nothing competes with our thread - or
+ * until it sleeps (it waits for a lock one of them holds). Where glibc's
+ * lock layout is unknown there is no loader lock to take: the others then
+ * stay held until our thread sleeps or is done. session_end gives the lock
+ * back and undoes everything in reverse, keeping the first error.
  */
 #include "injector.h"
 
@@ -98,10 +104,55 @@ static void release(void *arg)
     mlz__note("other threads released");
 }
 
+/* libc's pthread_mutex_lock and _unlock: _dl_load_lock is a recursive
+ * pthread mutex, taken by ld.so through the same functions. */
+static int mutex_fns(pid_t pid, uint64_t *lock_fn, uint64_t *unlock_fn)
+{
+    static const char *const names[] = { "pthread_mutex_lock", "pthread_mutex_unlock" };
+    mlz_proc_module libc;
+    mlz_proc_sym fn[2];
+    if (mlz_proc_module_find(pid, mlz_proc_is_libc, &libc) || mlz_proc_syms(pid, &libc, names, fn, 2) != 2) return -1;
+    *lock_fn = fn[0].addr;
+    *unlock_fn = fn[1].addr;
+    return 0;
+}
+
+/* The borrowed thread takes the loader lock while every other thread is
+ * still held (it was free at the scan, so this cannot wait). From then on
+ * no thread can enter dlopen, dlclose or a library constructor until we
+ * give it back: letting the others go can no longer produce a lock holder
+ * that waits for the thread we borrowed. 0 when held. */
+static int lock_loader(mlz_session *s, uint64_t lock_fn)
+{
+    mlz_remote *r = &s->r;
+    uint64_t a[6] = { r->loader_lock, 0, 0, 0, 0, 0 }, ret = 1;
+    int32_t owner = 0;
+    int rc = mlz__remote_call(r, lock_fn, a, &ret, r->timeout_ms);
+    if (rc) return rc;
+    if (ret != 0 || mlz__mem_read(r->loader_lock + 8, &owner, sizeof owner) || owner != r->tid) {
+        mlz__err("thread %d could not take the dynamic loader's lock (error %llu)", (int)r->tid, (unsigned long long)ret);
+        return MLZ_INJ_EREMOTE;
+    }
+    r->loader_locked = 1;
+    mlz__note("thread %d holds the loader lock", (int)r->tid);
+    return 0;
+}
+
+static int unlock_loader(mlz_remote *r)
+{
+    uint64_t a[6] = { r->loader_lock, 0, 0, 0, 0, 0 }, ret = 1;
+    int rc = mlz__remote_call(r, r->unlock_fn, a, &ret, r->timeout_ms);
+    if (rc) return rc;           /* timed out: let go, the self-restore unlocks */
+    r->loader_locked = 0;
+    if (ret) { mlz__err("thread %d could not give the loader lock back (error %llu)", (int)r->tid, (unsigned long long)ret); return MLZ_INJ_EREMOTE; }
+    return 0;
+}
+
 int mlz__session_begin(mlz_session *s, pid_t pid, pid_t want_tid, int timeout_ms, int hold_ms)
 {
     int rc;
     pid_t tid;
+    uint64_t lock_fn = 0, unlock_fn = 0;
     memset(s, 0, sizeof *s);
     s->g.pid = pid;
     s->g.want = want_tid;
@@ -116,6 +167,7 @@ int mlz__session_begin(mlz_session *s, pid_t pid, pid_t want_tid, int timeout_ms
                   (unsigned long long)L.rtld[0], (unsigned long long)L.rtld[1], (unsigned long long)L.rtld[2],
                   (unsigned long long)L.stack_cache, L.main_arena ? ", malloc arenas" : "");
     else mlz__note("glibc's lock layout unknown here: relying on unwinding alone");
+    int lock_loader_lock = have_locks && L.rtld[0] && mutex_fns(pid, &lock_fn, &unlock_fn) == 0;
     /* The target's threads may be many and busy: be scheduled first while
      * we hold them (best effort: needs CAP_SYS_NICE). */
     if (setpriority(PRIO_PROCESS, 0, -20)) {}
@@ -128,6 +180,19 @@ int mlz__session_begin(mlz_session *s, pid_t pid, pid_t want_tid, int timeout_ms
     mlz__undo_eintr(&s->g);
     s->stopped_all = 0;
     s->others_held = 1;
+    s->lend_us = mlz__now_us();
+    if ((rc = mlz__remote_begin(&s->r, pid, tid, timeout_ms))) {
+        s->r.tid = tid;                /* so session_end detaches it */
+        return rc;
+    }
+    s->remote_active = 1;
+    if (lock_loader_lock) {
+        s->r.loader_lock = L.rtld[0];
+        s->r.unlock_fn = unlock_fn;
+    }
+    if ((rc = mlz__remote_prepare(&s->r))) return rc;
+    mlz__note("scratch mapped at 0x%llx", (unsigned long long)s->r.scratch);
+    if (lock_loader_lock && (rc = lock_loader(s, lock_fn))) return rc;
     /* Threads inside the allocator, the loader or the payload may hold a
      * lock the load needs: they go now. The rest hold none of those. */
     int held = 0;
@@ -138,22 +203,18 @@ int mlz__session_begin(mlz_session *s, pid_t pid, pid_t want_tid, int timeout_ms
         else if (t->state != MLZ_T_GONE && t->state != MLZ_T_DETACHED) held++;
     }
     mlz__note("holding %d threads outside the allocator and loader while loading", held);
-    s->lend_us = mlz__now_us();
-    s->r.tid = tid;
     /* Held briefly, the others make our work fast on a busy machine (no
      * runnable thread competes with the borrowed one); past hold_ms they
-     * go, in case one of them holds a lock our thread waits for. */
-    if (!hold_ms) release(s);
-    if ((rc = mlz__remote_begin(&s->r, pid, tid, timeout_ms))) {
-        s->r.tid = tid;                /* so session_end detaches it */
-        return rc;
-    }
+     * go, in case one of them holds a lock our thread waits for. Without
+     * the loader lock in our hands, letting them go on a timer could let
+     * one into a library constructor that waits for the thread we
+     * borrowed: then they stay held until our thread sleeps or is done. */
+    if (s->r.loader_locked && !hold_ms) release(s);
     if (s->others_held) {
-        s->r.release_at_us = s->g.stop_us + (uint64_t)hold_ms * 1000u;
+        s->r.release_at_us = s->r.loader_locked ? s->g.stop_us + (uint64_t)hold_ms * 1000u : UINT64_MAX;
         s->r.release = release;
         s->r.release_arg = s;
     }
-    s->remote_active = 1;
     return 0;
 }
 
@@ -164,7 +225,9 @@ int mlz__session_end(mlz_session *s)
     if (s->others_held) release(s);
     if (s->remote_active) {
         pid_t tid = s->r.tid;
-        rc = mlz__remote_end(&s->r);
+        if (s->r.loader_locked && tid && !s->r.let_go) rc = unlock_loader(&s->r);
+        e = mlz__remote_end(&s->r);
+        if (!rc) rc = e;
         if (s->r.let_go) {
             mlz_thread *t = mlz__threads_find(&s->g, tid);
             if (t) t->state = MLZ_T_DETACHED;      /* let go: it restores itself */

@@ -4,7 +4,9 @@
 # needs; attach and detach succeed once it is free, or refuse within their
 # timeout naming the holder, and the target runs on either way.
 #   - a plugin constructor, run under the loader lock, waits for the main
-#     thread, and we are told to borrow the main thread;
+#     thread, and we are told to borrow the main thread (also with the
+#     other threads let go at once, and with our thread left to restore
+#     itself while it holds the loader lock);
 #   - a thread lives inside dlopen (the loader lock is never free);
 #   - the main thread creates and joins threads in a loop (stack cache lock);
 #   - the main thread forks every 2 ms (arena locks around fork, SIGCHLD);
@@ -32,7 +34,53 @@ for i in 1 2 3; do
         MEMLYZE_LOCKS=unwind D -q --no-finalize --thread "$main" "$TP" >>"$T/cwu.log" 2>&1 && okc=$((okc + 1))
 done
 check "ctorwait: 3 cycles with unwinding alone (unknown glibc) succeed too" [ "$okc" -eq 3 ]
+# The other threads let go at once (--hold 0; a slow machine past the
+# 15 ms default does the same): the loader thread then runs while main is
+# lent. Only the loader lock, taken by main before they go, keeps it out of
+# the constructor that waits for main (this deadlocked the target before).
+okc=0
+for i in 1 2 3; do
+    A -q --hold 0 --thread "$main" -o "$T/cwh$i.mlyze" "$TP" >"$T/cwh.log" 2>&1 &&
+        D -q --hold 0 --no-finalize --thread "$main" "$TP" >>"$T/cwh.log" 2>&1 && okc=$((okc + 1))
+done
+check "ctorwait: 3 cycles letting the other threads go at once (--hold 0) succeed" [ "$okc" -eq 3 ]
+# No lock layout, no loader lock to take: the others stay held until main
+# is done (or sleeps), whatever --hold says.
+okc=0
+for i in 1 2 3; do
+    MEMLYZE_LOCKS=unwind A -q --hold 0 --thread "$main" -o "$T/cwhu$i.mlyze" "$TP" >"$T/cwhu.log" 2>&1 &&
+        MEMLYZE_LOCKS=unwind D -q --hold 0 --no-finalize --thread "$main" "$TP" >>"$T/cwhu.log" 2>&1 && okc=$((okc + 1))
+done
+check "ctorwait: 3 cycles with --hold 0 and unwinding alone succeed" [ "$okc" -eq 3 ]
 finish_target cw
+cleanup_state "$TP"
+
+# 1b. A borrowed thread that restores itself gives the loader lock back:
+# its call outlives the injector's timeout (the stand-in payload sleeps
+# 1.5 s in memlyze_attach), or the injector is killed during the call.
+# Held on, the lock would stop every later dlopen (the target hangs).
+MLZT_ATTACH_SLEEP_MS=1500 start_target cl ctorwait "$T/libctorwait.so"
+main=$(tid_of cl main)
+TA() { timeout 30 "$ATTACH" --payload "$TESTLIB" "$@"; }
+out=$(TA --timeout 300 --thread "$main" -o "$T/cl1.mlyze" "$TP" 2>&1); rc=$?
+check "self-restore: a call past the timeout fails, letting the thread go" \
+    bash -c "[ $rc -ne 0 ] && grep -q 'let go: it finishes the call' <<<'$out'"
+sleep 2
+# A second attach refuses at the safe point if the lock is still held; once
+# it is free, the stand-in payload answers "already attached".
+TA --timeout 3000 -o "$T/cl2.mlyze" "$TP" >"$T/cl2.err" 2>&1
+check "self-restore: the loader lock is free afterwards (timeout)" grep -q 'already attached' "$T/cl2.err"
+D -q --no-finalize "$TP" >/dev/null 2>&1
+rm -f "$T/cl3.mlyze"; cleanup_state "$TP"
+TA -q --thread "$main" -o "$T/cl3.mlyze" "$TP" >/dev/null 2>&1 & inj=$!
+sleep 0.6
+kill -9 "$inj" 2>/dev/null; wait "$inj" 2>/dev/null
+sleep 1.5
+cleanup_state "$TP"
+TA --timeout 3000 -o "$T/cl4.mlyze" "$TP" >"$T/cl4.err" 2>&1
+check "self-restore: the loader lock is free afterwards (injector killed)" grep -q 'already attached' "$T/cl4.err"
+D -q --no-finalize "$TP" >/dev/null 2>&1
+finish_target cl
 cleanup_state "$TP"
 
 # 2. The loader lock is never free: refuse in time, name the holder.
