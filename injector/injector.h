@@ -106,6 +106,9 @@ mlz_thread *mlz__threads_find(mlz_tgroup *g, pid_t tid);
 const char *mlz__stat_fields(pid_t pid, pid_t tid, char *buf, size_t cap);
 /* The thread's name (comm), "?" if gone. */
 const char *mlz__thread_name(pid_t pid, pid_t tid, char *buf, size_t cap);
+/* The thread's id in its own PID namespace (what gettid() says there, and
+ * what its mutexes record as owner): the last NSpid field. */
+pid_t mlz__ns_tid(pid_t pid, pid_t tid);
 void mlz__threads_free(mlz_tgroup *g);
 
 /* ---- the target's modules, their symbols and the payload are read by the
@@ -163,6 +166,7 @@ typedef struct mlz_remote {
      * libc's pthread_mutex_unlock: a thread that restores itself gives the
      * lock back first (set before the scratch is mapped; 0: not used). */
     uint64_t loader_lock, unlock_fn;
+    pid_t ns_tid;                    /* tid as the target sees it: the lock's owner field */
     int loader_locked;               /* taken, not given back yet */
 } mlz_remote;
 

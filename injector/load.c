@@ -38,22 +38,6 @@ static const char *const entry_names[] = { MEMLYZE_ENTRY_ATTACH, MEMLYZE_ENTRY_D
 #define D_SYM  4096
 #define D_ARG  8192
 
-/* The target's pid in its own PID namespace (last NSpid field). */
-static pid_t target_pid_in_ns(pid_t pid)
-{
-    char path[64], line[256];
-    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
-    FILE *f = fopen(path, "re");
-    pid_t ns = pid;
-    while (f && fgets(line, sizeof line, f))
-        if (!strncmp(line, "NSpid:", 6)) {
-            char *last = strrchr(line, '\t');
-            if (last) ns = (pid_t)atoi(last + 1);
-        }
-    if (f) fclose(f);
-    return ns;
-}
-
 static int open_payload(const char *path, struct stat *st)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -201,7 +185,7 @@ int mlz__load_payload(mlz_remote *r, const char *payload_path, mlz_loaded *out)
      * reading one). /proc/PID/fd/N, with the pid as the target sees it (its
      * PID namespace), names the memfd for the target and for tools outside
      * sharing its namespace. */
-    snprintf(out->name, sizeof out->name, "/proc/%d/fd/%d", (int)target_pid_in_ns(r->pid), (int)fd);
+    snprintf(out->name, sizeof out->name, "/proc/%d/fd/%d", (int)mlz__ns_tid(r->pid, r->pid), (int)fd);
     if ((rc = mlz__remote_put(r, D_NAME, out->name, strlen(out->name) + 1, &at))) goto out;
     if ((rc = call(r, fns[0].addr, at, RTLD_NOW | RTLD_LOCAL, &handle))) goto out;
     if (!handle) {

@@ -268,7 +268,7 @@ static void emit_restore(emit *e, const mlz_remote *r, uint64_t tmp_stack, uint6
     if (image && r->loader_lock && r->unlock_fn) {
         e_movabs(e, RAX, r->loader_lock);
         e_bytes(e, "\x8b\x40\x08", 3);                                 /* mov eax, [rax+8] */
-        e_u8(e, 0x3d); e_u32(e, (uint32_t)r->tid);                     /* cmp eax, tid */
+        e_u8(e, 0x3d); e_u32(e, (uint32_t)r->ns_tid);                  /* cmp eax, tid */
         e_bytes(e, "\x75\x1e", 2);                                     /* jne over the next 30 bytes */
         e_movabs(e, RDI, r->loader_lock);
         e_movabs(e, RAX, r->unlock_fn);

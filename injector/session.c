@@ -129,11 +129,16 @@ static int lock_loader(mlz_session *s, uint64_t lock_fn)
     int32_t owner = 0;
     int rc = mlz__remote_call(r, lock_fn, a, &ret, r->timeout_ms);
     if (rc) return rc;
-    if (ret != 0 || mlz__mem_read(r->loader_lock + 8, &owner, sizeof owner) || owner != r->tid) {
+    if (ret != 0) {
         mlz__err("thread %d could not take the dynamic loader's lock (error %llu)", (int)r->tid, (unsigned long long)ret);
         return MLZ_INJ_EREMOTE;
     }
-    r->loader_locked = 1;
+    r->loader_locked = 1;            /* session_end gives it back, whatever follows */
+    if (mlz__mem_read(r->loader_lock + 8, &owner, sizeof owner) || owner != r->ns_tid) {
+        mlz__err("the dynamic loader's lock names thread %d as its owner, not %d: unknown lock layout", (int)owner,
+                 (int)r->ns_tid);
+        return MLZ_INJ_EREMOTE;
+    }
     mlz__note("thread %d holds the loader lock", (int)r->tid);
     return 0;
 }
@@ -189,6 +194,7 @@ int mlz__session_begin(mlz_session *s, pid_t pid, pid_t want_tid, int timeout_ms
     if (lock_loader_lock) {
         s->r.loader_lock = L.rtld[0];
         s->r.unlock_fn = unlock_fn;
+        s->r.ns_tid = mlz__ns_tid(pid, tid);
     }
     if ((rc = mlz__remote_prepare(&s->r))) return rc;
     mlz__note("scratch mapped at 0x%llx", (unsigned long long)s->r.scratch);

@@ -41,6 +41,21 @@ const char *mlz__thread_name(pid_t pid, pid_t tid, char *buf, size_t cap)
     return buf;
 }
 
+pid_t mlz__ns_tid(pid_t pid, pid_t tid)
+{
+    char path[96], line[256];
+    snprintf(path, sizeof path, "/proc/%d/task/%d/status", (int)pid, (int)tid);
+    FILE *f = fopen(path, "re");
+    pid_t ns = tid;
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, "NSpid:", 6)) {
+            char *last = strrchr(line, '\t');
+            if (last) ns = (pid_t)atoi(last + 1);
+        }
+    if (f) fclose(f);
+    return ns;
+}
+
 mlz_thread *mlz__threads_find(mlz_tgroup *g, pid_t tid)
 {
     for (int i = 0; i < g->n; i++)

@@ -3,7 +3,7 @@
 # (tests/targets/attach_testlib.c, same entry points as libmemlyze.so):
 # remote calls in a single-threaded program, reuse of the mapped payload,
 # refusals, a process with its own SIGSEGV/SIGTRAP handlers, a SIGSTOPped
-# process, a process in its own mount namespace.
+# process, a process in its own mount namespace, one in its own PID namespace.
 . "$(dirname "$0")/lib.sh"
 . "$ROOT/tests/targets/attach_helpers.sh"
 A() { timeout 30 "$ATTACH" --payload "$TESTLIB" "$@"; }
@@ -131,5 +131,26 @@ if unshare -m true 2>/dev/null; then
     cleanup_state "$TP"
 else
     skip "mntns: payload invisible to the target" "unshare -m not permitted here"
+fi
+
+# ---- its own PID namespace (a container): pid 1 there. The loader lock
+# records its owner by the tid the target sees, and the memfd is named by
+# the target's own pid.
+if unshare -pf --mount-proc true 2>/dev/null; then
+    rm -f "$T/pn.stop" "$T/pn.tids"
+    unshare -pf --mount-proc "$T/target" single "$T/pn.stop" "$T/pn.tids" >"$T/pn.out" 2>&1 &
+    up=$!
+    for _ in $(seq 100); do [ -s "$T/pn.tids" ] && break; sleep 0.02; done
+    TP=$(pgrep -P "$up" -x target)
+    check "pidns: the target is pid 1 in its namespace" bash -c "grep -q '^NSpid:[[:space:]]*$TP[[:space:]]*1\$' /proc/$TP/status"
+    check "pidns: attach" A -q -o "$T/pn.mlyze" "$TP"
+    check "pidns: the payload ran" grep -q "spool=/tmp/memlyze-$TP/spool" /tmp/memlyze-$TP/spool.*.testlib
+    check "pidns: detach" D -q "$TP"
+    touch "$T/pn.stop"
+    wait "$up"
+    check "pidns: target ran on correctly" grep -q '^target: all ok' "$T/pn.out"
+    cleanup_state "$TP"
+else
+    skip "pidns: a process in its own PID namespace" "unshare -p not permitted here"
 fi
 finish
