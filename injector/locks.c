@@ -212,6 +212,16 @@ static const char *const rtld_what[3] = {
     "the loader's TLS lock (creating a thread or loading a library)",
 };
 
+/* A mutex records its owner by the id the target sees (its own PID
+ * namespace, in a container): back to ours, for naming and unwinding it. */
+static pid_t host_tid(mlz_tgroup *g, pid_t owner)
+{
+    if (owner <= 0 || mlz__ns_tid(g->pid, g->pid) == g->pid) return owner;
+    for (int i = 0; i < g->n; i++)
+        if (g->t[i].state != MLZ_T_GONE && mlz__ns_tid(g->pid, g->t[i].tid) == owner) return g->t[i].tid;
+    return owner;
+}
+
 int mlz__locks_busy(const mlz_glibc_locks *L, mlz_tgroup *g, char *why, size_t cap, pid_t *holder)
 {
     char name[64];
@@ -221,10 +231,10 @@ int mlz__locks_busy(const mlz_glibc_locks *L, mlz_tgroup *g, char *why, size_t c
         int32_t m[3];
         if (!L->rtld[i] || mlz__mem_read(L->rtld[i], m, sizeof m) || (m[0] == 0 && m[2] == 0)) continue;
         busy = MLZ_LOCK_LOADER;
-        *holder = m[2];
+        *holder = host_tid(g, m[2]);
         if (m[2] > 0)
-            snprintf(why, cap, "thread %d (%s) holds %s", m[2], mlz__thread_name(g->pid, m[2], name, sizeof name),
-                     rtld_what[i]);
+            snprintf(why, cap, "thread %d (%s) holds %s", (int)*holder,
+                     mlz__thread_name(g->pid, *holder, name, sizeof name), rtld_what[i]);
         else
             snprintf(why, cap, "a thread holds %s", rtld_what[i]);
     }

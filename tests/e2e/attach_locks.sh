@@ -96,6 +96,31 @@ check "loader busy: nothing was injected" bash -c "! grep -q memlyze /proc/$TP/m
 finish_target dl
 cleanup_state "$TP"
 
+# The same in its own PID namespace: the lock records the holder by the id
+# the target sees; the refusal names it by ours (and unwinds that thread).
+if unshare -pf --mount-proc true 2>/dev/null; then
+    rm -f "$T/pn.stop" "$T/pn.tids"
+    MLZT_CTOR_SLEEP_MS=4000 unshare -pf --mount-proc "$T/target" dlopen "$T/pn.stop" "$T/pn.tids" "$T/libslow.so" \
+        >"$T/pn.out" 2>&1 &
+    up=$!
+    for _ in $(seq 100); do [ "$(wc -l <"$T/pn.tids" 2>/dev/null)" -ge 2 ] && break; sleep 0.02; done
+    sleep 0.2
+    TP=$(pgrep -P "$up" -x target)
+    nsdl=$(awk '$1 == "dlopen" { print $2 }' "$T/pn.tids")
+    dl=$(for st in /proc/$TP/task/*/status; do
+        awk -v n="$nsdl" '/^Pid:/ { p = $2 } /^NSpid:/ { if ($NF == n) print p }' "$st"; done)
+    A --timeout 1500 -o "$T/pn.mlyze" "$TP" >"$T/pn.err" 2>&1
+    check "pidns: the loader lock's holder is named by its id outside ($dl, $nsdl inside)" \
+        bash -c "[ -n '$dl' ] && [ '$dl' != '$nsdl' ] && grep -q 'thread $dl (target) holds the dynamic loader' '$T/pn.err'"
+    check "pidns: and the library whose constructor it runs" grep -q 'running a constructor of libslow.so' "$T/pn.err"
+    touch "$T/pn.stop"
+    wait "$up"
+    check "pidns: target ran on correctly" grep -q '^target: all ok' "$T/pn.out"
+    cleanup_state "$TP"
+else
+    skip "pidns: the loader lock's holder named" "unshare -p not permitted here"
+fi
+
 # cycles NAME: CYCLES attach/detach pairs; every command must succeed.
 cycles() {
     local name=$1 ok=0 bad=0 worst=0 i
