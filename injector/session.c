@@ -149,7 +149,10 @@ static int unlock_loader(mlz_remote *r)
     int rc = mlz__remote_call(r, r->unlock_fn, a, &ret, r->timeout_ms);
     if (rc) return rc;           /* timed out: let go, the self-restore unlocks */
     r->loader_locked = 0;
-    if (ret) { mlz__err("thread %d could not give the loader lock back (error %llu)", (int)r->tid, (unsigned long long)ret); return MLZ_INJ_EREMOTE; }
+    if (ret) {
+        mlz__err("thread %d could not give the loader lock back (error %llu)", (int)r->tid, (unsigned long long)ret);
+        return MLZ_INJ_EREMOTE;
+    }
     return 0;
 }
 
@@ -172,7 +175,7 @@ int mlz__session_begin(mlz_session *s, pid_t pid, pid_t want_tid, int timeout_ms
                   (unsigned long long)L.rtld[0], (unsigned long long)L.rtld[1], (unsigned long long)L.rtld[2],
                   (unsigned long long)L.stack_cache, L.main_arena ? ", malloc arenas" : "");
     else mlz__note("glibc's lock layout unknown here: relying on unwinding alone");
-    int lock_loader_lock = have_locks && L.rtld[0] && mutex_fns(pid, &lock_fn, &unlock_fn) == 0;
+    int take_loader_lock = have_locks && L.rtld[0] && mutex_fns(pid, &lock_fn, &unlock_fn) == 0;
     /* The target's threads may be many and busy: be scheduled first while
      * we hold them (best effort: needs CAP_SYS_NICE). */
     if (setpriority(PRIO_PROCESS, 0, -20)) {}
@@ -191,14 +194,14 @@ int mlz__session_begin(mlz_session *s, pid_t pid, pid_t want_tid, int timeout_ms
         return rc;
     }
     s->remote_active = 1;
-    if (lock_loader_lock) {
+    if (take_loader_lock) {
         s->r.loader_lock = L.rtld[0];
         s->r.unlock_fn = unlock_fn;
         s->r.ns_tid = mlz__ns_tid(pid, tid);
     }
     if ((rc = mlz__remote_prepare(&s->r))) return rc;
     mlz__note("scratch mapped at 0x%llx", (unsigned long long)s->r.scratch);
-    if (lock_loader_lock && (rc = lock_loader(s, lock_fn))) return rc;
+    if (take_loader_lock && (rc = lock_loader(s, lock_fn))) return rc;
     /* Threads inside the allocator, the loader or the payload may hold a
      * lock the load needs: they go now. The rest hold none of those. */
     int held = 0;
