@@ -872,7 +872,9 @@ NOI static void on_signal(int sig, siginfo_t *si, void *uc)
     mlz_unwind_regs r;
     uint64_t hi;
     mlz_unwind_regs_from_ucontext(&r, uc);
-    if (r.reg[MLZ_REG_RIP] < g_target_lo || r.reg[MLZ_REG_RIP] >= g_target_hi)
+    /* One walk per run: on a loaded machine a second signal can arrive
+     * before the spinning thread has seen g_spin_stop. */
+    if (g_spin_stop || r.reg[MLZ_REG_RIP] < g_target_lo || r.reg[MLZ_REG_RIP] >= g_target_hi)
         return;
     if (g_handler_mode == 1) {
         mlz_stack_cache c = { 0, 0 };   /* a fresh cache: sp is on the alt stack */
