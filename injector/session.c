@@ -122,9 +122,8 @@ static int mutex_fns(pid_t pid, uint64_t *lock_fn, uint64_t *unlock_fn)
  * no thread can enter dlopen, dlclose or a library constructor until we
  * give it back: letting the others go can no longer produce a lock holder
  * that waits for the thread we borrowed. 0 when held. */
-static int lock_loader(mlz_session *s, uint64_t lock_fn)
+static int lock_loader(mlz_remote *r, uint64_t lock_fn)
 {
-    mlz_remote *r = &s->r;
     uint64_t a[6] = { r->loader_lock, 0, 0, 0, 0, 0 }, ret = 1;
     int32_t owner = 0;
     int rc = mlz__remote_call(r, lock_fn, a, &ret, r->timeout_ms);
@@ -201,7 +200,7 @@ int mlz__session_begin(mlz_session *s, pid_t pid, pid_t want_tid, int timeout_ms
     }
     if ((rc = mlz__remote_prepare(&s->r))) return rc;
     mlz__note("scratch mapped at 0x%llx", (unsigned long long)s->r.scratch);
-    if (take_loader_lock && (rc = lock_loader(s, lock_fn))) return rc;
+    if (take_loader_lock && (rc = lock_loader(&s->r, lock_fn))) return rc;
     /* Threads inside the allocator, the loader or the payload may hold a
      * lock the load needs: they go now. The rest hold none of those. */
     int held = 0;
