@@ -125,6 +125,33 @@ NOI static unsigned dwarf_cached(uint64_t *pcs, unsigned max, unsigned skip, uin
     return n;
 }
 
+/* The same without the last walk's frames, so every frame is stepped:
+ * by rbp in modules built with frame pointers, else by a cached rule. */
+NOI static unsigned dwarf_steps(uint64_t *pcs, unsigned max, unsigned skip, uint64_t hi)
+{
+    g_rules.tail_n = 0;
+    unsigned n = mlz_unwind_dwarf_cached(pcs, max, skip + 1, hi, &g_rules);
+    __asm__ volatile("" : "+r"(n));
+    return n;
+}
+
+/* Sets every module's frame-pointer mark to on (where the classifier set
+ * it) or off, so the same run measures rules alone; a refresh (new
+ * generation) empties the callers' caches. */
+static unsigned g_fp_marked[64];
+static unsigned fp_marks(int on)
+{
+    unsigned n, k = 0;
+    mlz_module *m = (mlz_module *)mlz_modtab_modules(&n, NULL);
+    for (unsigned i = 0; i < n && i < 64; i++) {
+        if (!on) g_fp_marked[i] = m[i].frame_pointers;
+        m[i].frame_pointers = (uint8_t)(on && g_fp_marked[i]);
+        k += g_fp_marked[i];
+    }
+    memset(&g_rules, 0, sizeof g_rules);
+    return k;
+}
+
 static void run(const char *name, unwind_fn fn, unsigned depth, job *out)
 {
     out->fn = fn;
@@ -143,20 +170,28 @@ int main(void)
     unsigned base = base_frames();
     static const unsigned targets[] = { 10, 30 };
 
-    printf("bench_unwind: %d rounds x %d unwinds, %u modules in the table\n",
-           ROUNDS, BATCH, nmod);
+    unsigned nfp = fp_marks(0);
+    fp_marks(1);
+    printf("bench_unwind: %d rounds x %d unwinds, %u modules in the table, "
+           "%u built with frame pointers\n", ROUNDS, BATCH, nmod, nfp);
     for (unsigned t = 0; t < 2; t++) {
         unsigned depth = targets[t] > base ? targets[t] - base : 0;
-        job fp, dw, dc;
+        job fp, dw, dc, st, sr;
         printf("\ntarget depth ~%u\n%-13s %6s %10s %10s\n", targets[t], "method", "frames",
                "median ns", "p99 ns");
         run("fp", mlz_unwind_fp_bounded, depth, &fp);
         run("dwarf", mlz_unwind_dwarf_bounded, depth, &dw);
         run("dwarf+cache", dwarf_cached, depth, &dc);
+        run("steps", dwarf_steps, depth, &st);
+        fp_marks(0);
+        run("steps, rules", dwarf_steps, depth, &sr);
+        fp_marks(1);
         printf("dwarf/fp median ratio: %.1f, dwarf+cache/fp: %.1f\n"
-               "per frame: fp %.1f ns, dwarf %.1f ns, dwarf+cache %.1f ns\n",
+               "per frame: fp %.1f ns, dwarf %.1f ns, dwarf+cache %.1f ns\n"
+               "every frame stepped (no saved walk): %.1f ns per frame, %.1f with rules only "
+               "(%.2fx)\n",
                dw.med / fp.med, dc.med / fp.med, fp.med / fp.frames, dw.med / dw.frames,
-               dc.med / dc.frames);
+               dc.med / dc.frames, st.med / st.frames, sr.med / sr.frames, sr.med / st.med);
     }
 
     /* One-off costs a caller pays per thread or per refresh. */

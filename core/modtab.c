@@ -229,6 +229,7 @@ static int fill_cb(struct dl_phdr_info *info, size_t size, void *arg)
             m->eh_frame_hdr = info->dlpi_addr + ph->p_vaddr;
             m->eh_frame_hdr_size = ph->p_memsz;
             parse_eh_hdr(m);
+            mlz__unwind_classify(m);
         } else if (ph->p_type == PT_NOTE && !m->build_id_len &&
                    inside_load(info, ph->p_vaddr, ph->p_filesz, NULL, NULL)) {
             parse_build_id(m, info->dlpi_addr + ph->p_vaddr, ph->p_filesz, ph->p_align);

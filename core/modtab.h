@@ -27,6 +27,7 @@
 #include <stdint.h>
 
 #define MLZ_BUILD_ID_MAX 32
+#define MLZ_MODULE_CFI_SPANS 8
 
 typedef struct mlz_module {
     uint64_t start, end;            /* [start, end): all PT_LOAD segments, runtime addresses */
@@ -42,8 +43,18 @@ typedef struct mlz_module {
     uint16_t nexec;                 /* executable PT_LOAD segments */
     uint8_t build_id_len;           /* 0 if no NT_GNU_BUILD_ID note */
     uint8_t build_id[MLZ_BUILD_ID_MAX];
+    /* Built with frame pointers, as its CFI shows (mlz__unwind_classify):
+     * cached walks then step its frames by rbp, except in the ncfi spans
+     * [lo, hi) of cfi[], its few other FDEs (the PLT, _start). */
+    uint8_t frame_pointers;
+    uint8_t ncfi;
+    uint64_t cfi[MLZ_MODULE_CFI_SPANS][2];
     const char *path;               /* dlpi_name, /proc/self/exe target for the executable; never NULL */
 } mlz_module;
+
+/* Decide m->frame_pointers (and outer_lo/hi) from the module's CFI
+ * (core/unwind_dwarf.c); the refresh does it for every module. */
+void mlz__unwind_classify(mlz_module *m);
 
 /* Rebuild the snapshot with dl_iterate_phdr into fresh mmap'd memory and
  * publish it (release store); the previous one is retired, not unmapped.

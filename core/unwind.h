@@ -150,9 +150,24 @@ typedef struct mlz_unwind_frame {
     uint64_t pc, sp, bp;    /* bp: rbp, or 1 (never a frame pointer) when unknown */
 } mlz_unwind_frame;
 
+/* Modules built with frame pointers (modtab.h: frame_pointers) that the
+ * thread's walks met: their frames are stepped by rbp, before any rule is
+ * looked up, except in the module's spans left to the CFI (the PLT,
+ * _start). m points into the module table's snapshot of `generation`. */
+#define MLZ_UNWIND_FP_MODULES 2
+
+struct mlz_module;
+typedef struct mlz_unwind_fp_module {
+    uint64_t lo, hi;                /* its executable segment */
+    const struct mlz_module *m;
+} mlz_unwind_fp_module;
+
 typedef struct mlz_unwind_cache {
     uint64_t generation;    /* mlz_modtab generation the entries belong to */
     uint64_t hits, misses;
+    uint64_t fp_steps;      /* frames stepped by rbp in frame-pointer modules */
+    mlz_unwind_fp_module fp[MLZ_UNWIND_FP_MODULES];
+    uint32_t fp_next;
     mlz_unwind_cache_entry e[MLZ_UNWIND_CACHE_ENTRIES];
     uint64_t tail_hits;     /* walks finished from the last walk's frames */
     uint32_t tail_n;        /* frames in tail[tail_cur]; 0: none */
@@ -169,7 +184,9 @@ typedef struct mlz_unwind_cache {
 } mlz_unwind_cache;
 
 /* As mlz_unwind_dwarf_bounded, consulting and filling *cache (see above).
- * Same results as the uncached walk. */
+ * Same results as the uncached walk, except that a frame stepped by rbp in
+ * a frame-pointer module leaves rbx and r12-r15 unknown: a later frame
+ * whose CFA needs one of them (none in compiled code) ends the walk. */
 unsigned mlz_unwind_dwarf_cached(uint64_t *pcs, unsigned max, unsigned skip,
                                  uint64_t stack_hi, mlz_unwind_cache *cache);
 
