@@ -167,7 +167,7 @@ typedef struct mlz_unwind_cache {
     uint64_t hits, misses;
     uint64_t fp_steps;      /* frames stepped by rbp in frame-pointer modules */
     mlz_unwind_fp_module fp[MLZ_UNWIND_FP_MODULES];
-    uint32_t fp_next;
+    uint32_t fp_next;       /* modules met so far (0: none, nothing to check) */
     mlz_unwind_cache_entry e[MLZ_UNWIND_CACHE_ENTRIES];
     uint64_t tail_hits;     /* walks finished from the last walk's frames */
     uint32_t tail_n;        /* frames in tail[tail_cur]; 0: none */

@@ -1062,7 +1062,7 @@ static int step(walker *w, const mlz_unwind_regs *cur, uint64_t look, int exact,
     *signal = 0;
     *sp_rule = 0;
     if (w->cache) {
-        if (!exact && fp_module_step(w->cache, cur, look, &w->b, nx) == STEP_OK)
+        if (!exact && w->cache->fp_next && fp_module_step(w->cache, cur, look, &w->b, nx) == STEP_OK)
             return STEP_OK;
         ce = cache_slot(w->cache, look);
         if (ce->pc == look) {
@@ -1210,6 +1210,7 @@ static unsigned dwarf_walk(uint64_t *pcs, unsigned max, unsigned skip, mlz_unwin
         if (cache->generation != gen) {
             memset(cache->e, 0, sizeof cache->e);
             memset(cache->fp, 0, sizeof cache->fp);
+            cache->fp_next = 0;
             cache->generation = gen;
             cache->tail_n = 0;
             cache->tail_version++;

@@ -12,7 +12,8 @@
  * fp_trap is hand-written: it saves rbp and then loads it with the frame
  * record of its caller's caller, a plausible and wrong frame pointer. Its
  * CFI is right, so the module classifier must leave it to the CFI: a walk
- * that stepped it by rbp would skip fp_f1.
+ * that stepped it by rbp would skip fp_f1. fp_spin and fp_leaf_spin are
+ * for a signal to interrupt.
  */
 #include <stdint.h>
 
@@ -46,6 +47,29 @@ __asm__(".text\n"
         "\tret\n"
         "\t.cfi_endproc\n"
         ".size fp_trap, .-fp_trap\n");
+
+/* Spins without a frame until *stop, for a signal to interrupt: the
+ * interrupted pc is exact, and rbp still holds fp_spin's frame, so only the
+ * CFI (CFA = rsp + 8) finds fp_spin as its caller. */
+void fp_leaf_spin(volatile int *stop);
+__asm__(".text\n"
+        ".globl fp_leaf_spin\n"
+        ".type fp_leaf_spin,@function\n"
+        "fp_leaf_spin:\n"
+        "\t.cfi_startproc\n"
+        "1:\tmovl (%rdi), %eax\n"
+        "\ttestl %eax, %eax\n"
+        "\tje 1b\n"
+        "\tret\n"
+        "\t.cfi_endproc\n"
+        ".size fp_leaf_spin, .-fp_leaf_spin\n");
+
+NOI void fp_spin(volatile int *stop)
+{
+    volatile int x = 1;
+    fp_leaf_spin(stop);
+    fp_sink += x;
+}
 
 NOI void fp_f4(struct fp_args *a)
 {

@@ -842,6 +842,23 @@ static void *g_fp_lib;
 static void (*fp_f1)(struct fp_args *);
 static void (*fp_trap)(chain_cb, void *);
 
+static void (*fp_spin)(volatile int *);
+static void (*fp_leaf_spin)(volatile int *);
+
+static int load_fp_lib(void)
+{
+    if (g_fp_lib)
+        return 0;
+    g_fp_lib = build_lib("fp_lib", "-fno-omit-frame-pointer");
+    if (!g_fp_lib)
+        return -1;
+    *(void **)&fp_f1 = dlsym(g_fp_lib, "fp_f1");
+    *(void **)&fp_trap = dlsym(g_fp_lib, "fp_trap");
+    *(void **)&fp_spin = dlsym(g_fp_lib, "fp_spin");
+    *(void **)&fp_leaf_spin = dlsym(g_fp_lib, "fp_leaf_spin");
+    return fp_f1 && fp_trap && fp_spin && fp_leaf_spin ? 0 : -1;
+}
+
 static const mlz_module *module_of(void *fn)
 {
     return mlz_modtab_find((uint64_t)(uintptr_t)fn);
@@ -866,13 +883,7 @@ static void test_fp_modules(void)
                                         "chain_g1", "fp_f2", "fp_trap", "fp_f1",
                                         "test_fp_modules", "main", NULL };
     REQUIRE(load_lib() == 0);
-    if (!g_fp_lib) {
-        g_fp_lib = build_lib("fp_lib", "-fno-omit-frame-pointer");
-        REQUIRE(g_fp_lib);
-        *(void **)&fp_f1 = dlsym(g_fp_lib, "fp_f1");
-        *(void **)&fp_trap = dlsym(g_fp_lib, "fp_trap");
-        REQUIRE(fp_f1 && fp_trap);
-    }
+    REQUIRE(load_fp_lib() == 0);
     REQUIRE(mlz_modtab_refresh() == 0);
     sym_refresh();
     const mlz_module *fm = module_of(fp_f1), *cm = module_of(chain_g1);
@@ -929,7 +940,7 @@ static void test_qsort(void)
 
 static volatile int g_spin_stop;
 static uint64_t g_restore_rt;           /* glibc's signal trampoline, for the fuzzer */
-static volatile int g_handler_mode;     /* 0: same stack, 1: on the sigaltstack */
+static volatile int g_handler_mode;     /* 0: same stack, 1: on the sigaltstack, 2: same stack and a cached walk */
 static uint64_t g_target_lo, g_target_hi;   /* the function the signal must interrupt */
 static uint64_t g_alt_lo, g_alt_hi;
 static int g_alt_bounds_ok;
@@ -968,6 +979,8 @@ NOI static void on_signal(int sig, siginfo_t *si, void *uc)
     g_nfp = mlz_unwind_fp_bounded(g_fp, MAXF, 0, hi);
     g_ndw2 = g_handler_mode == 1 ? 0 :
              mlz_unwind_dwarf_from(g_dw2, MAXF, &r, r.reg[MLZ_REG_RSP] - 128, hi);
+    if (g_handler_mode == 2)            /* and a cached walk, rules and rbp steps */
+        g_nc1 = mlz_unwind_dwarf_cached(g_c1, MAXF, 0, hi, &g_cache);
     g_spin_stop = 1;
 }
 
@@ -1053,6 +1066,38 @@ static void test_signal_in_lib(void)
           find_frame(g_dw2, g_ndw2, 1, "main") > 0);
     if (find_frame(g_dw, g_ndw, 0, "main") < 0)
         dump("dwarf", g_dw, g_ndw);
+}
+
+NOI static void spin_in_fp_lib(void) { fp_spin(&g_spin_stop); g_sink++; }
+
+/* Interrupted in frameless code of a frame-pointer module (fp_lib.c's
+ * fp_leaf_spin): the frame after the signal frame has an exact pc and
+ * must be stepped by its rule (rbp is its caller's frame), the frames
+ * above by rbp. The cached walk gives the uncached walk's frames. */
+static void test_signal_in_fp_lib(void)
+{
+    REQUIRE(load_fp_lib() == 0);
+    REQUIRE(mlz_modtab_refresh() == 0);
+    sym_refresh();
+    memset(&g_cache, 0, sizeof g_cache);
+    g_nc1 = 0;
+    g_handler_mode = 2;
+    run_interrupted(spin_in_fp_lib, (uint64_t)(uintptr_t)fp_leaf_spin, 0);
+    g_handler_mode = 0;
+
+    int i = find_frame(g_dw, g_ndw, 0, "__restore_rt");
+    CHECK(i >= 1 && (unsigned)i + 1 < g_ndw && is_fn_exact(g_dw[i + 1], "fp_leaf_spin"));
+    CHECK(find_frame(g_dw, g_ndw, 0, "fp_spin") == i + 2);
+    CHECK(find_frame(g_dw, g_ndw, 0, "main") > i);
+    int same = g_nc1 == g_ndw && g_ndw > 3;
+    for (unsigned k = 1; same && k < g_ndw; k++)
+        same = g_c1[k] == g_dw[k];
+    CHECK(same);
+    CHECK(g_cache.fp_steps >= 1);      /* fp_spin, spin_in_fp_lib's callee, by rbp */
+    if (!same) {
+        dump("uncached", g_dw, g_ndw);
+        dump("cached", g_c1, g_nc1);
+    }
 }
 
 /* On a sigaltstack the interrupted frames are on another stack: the walk
@@ -1395,6 +1440,7 @@ int main(int argc, char **argv)
     RUN(test_qsort);
     RUN(test_signal);
     RUN(test_signal_in_lib);
+    RUN(test_signal_in_fp_lib);
     RUN(test_sigaltstack);
     RUN(test_plt_frame);
     RUN(test_fp_fake_stacks);
