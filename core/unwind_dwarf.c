@@ -1021,23 +1021,34 @@ typedef struct walker {
  * look up. The
  * step leaves the other callee-saved registers unknown (the frame may
  * have saved them): a later frame whose CFA needs one ends the walk. */
-static int fp_module_step(mlz_unwind_cache *c, const mlz_unwind_regs *cur, uint64_t look,
-                          const bounds *b, mlz_unwind_regs *nx)
+_Static_assert(MLZ_UNWIND_FP_MODULES == 2, "fp_module_step looks at two modules");
+
+static inline __attribute__((always_inline, no_sanitize_address)) int
+fp_module_step(mlz_unwind_cache *c, const mlz_unwind_regs *cur, uint64_t look,
+               const bounds *b, mlz_unwind_regs *nx)
 {
-    for (unsigned i = 0; i < MLZ_UNWIND_FP_MODULES; i++) {
-        const mlz_unwind_fp_module *f = &c->fp[i];
+    const mlz_unwind_fp_module *f = &c->fp[0];
+    if (look - f->lo >= f->hi - f->lo) {
+        f = &c->fp[1];
         if (look - f->lo >= f->hi - f->lo)
-            continue;
-        const mlz_module *m = f->m;
-        for (unsigned j = 0; j < m->ncfi; j++)
-            if (look - m->cfi[j][0] < m->cfi[j][1] - m->cfi[j][0])
-                return STEP_BAD;        /* not frame-pointer code: the rules say */
-        if (fp_step(cur, b, nx) != STEP_OK)
             return STEP_BAD;
-        c->fp_steps++;
-        return STEP_OK;
     }
-    return STEP_BAD;
+    const mlz_module *m = f->m;
+    for (unsigned j = 0; j < m->ncfi; j++)
+        if (look - m->cfi[j][0] < m->cfi[j][1] - m->cfi[j][0])
+            return STEP_BAD;            /* not frame-pointer code: the rules say */
+    /* fp_step, with one bounds check for the record: rbp at or above sp
+     * (itself inside the bounds), its 16 bytes below the top. */
+    uint64_t fp = cur->reg[MLZ_REG_RBP];
+    if (!(cur->valid & REG_BIT(MLZ_REG_RBP)) || fp < cur->reg[MLZ_REG_RSP] || fp > b->hi - 16 ||
+        (fp & 7) || fp - cur->reg[MLZ_REG_RSP] > MLZ_UNWIND_FP_MAX_GAP)
+        return STEP_BAD;
+    memcpy(&nx->reg[MLZ_REG_RBP], (const void *)(uintptr_t)fp, 8);
+    memcpy(&nx->reg[MLZ_REG_RIP], (const void *)(uintptr_t)(fp + 8), 8);
+    nx->reg[MLZ_REG_RSP] = fp + 16;
+    nx->valid = REG_BIT(MLZ_REG_RBP) | REG_BIT(MLZ_REG_RIP) | REG_BIT(MLZ_REG_RSP);
+    c->fp_steps++;
+    return STEP_OK;
 }
 
 static void fp_module_met(mlz_unwind_cache *c, const mlz_module *m)

@@ -7,6 +7,10 @@
  *                           64 live blocks (16..1024 B); prints ns per op
  *   churn mixed N           one thread, N operations on 64 live blocks of
  *                           16 B..4 KiB (the trace-size benchmark's workload)
+ *   churn deep N            as mixed, each malloc from a call chain of
+ *                           random depth (1..24 frames of three shapes): a
+ *                           walk per sample that the last walk only partly
+ *                           saves (bench/compare.sh does not use it)
  *   churn latency N         per-operation latency of N malloc+free pairs:
  *                           median and p99 in ns (with rate 1 every
  *                           malloc is sampled, so this is the sampled path)
@@ -42,6 +46,36 @@ static long rss_kib(void)
 static long n_ops;
 static size_t size_mask = 1008;   /* sizes 16 + (random & mask): 16..1024 B */
 
+/* Call chains of varied depth for `deep`: three frame shapes, as in
+ * bench/bench_unwind.c; noipa keeps every frame real. */
+#define NOI __attribute__((noinline, noipa))
+static volatile unsigned sink;
+NOI static void *deep_b(unsigned d, size_t n);
+NOI static void *deep_c(unsigned d, size_t n);
+NOI static void *deep_a(unsigned d, size_t n)
+{
+    void *p = d ? deep_b(d - 1, n) : malloc(n);
+    sink++;
+    return p;
+}
+NOI static void *deep_b(unsigned d, size_t n)
+{
+    volatile char buf[64];
+    buf[0] = (char)d;
+    void *p = d ? deep_c(d - 1, n) : malloc(n);
+    sink += (unsigned)buf[0];
+    return p;
+}
+NOI static void *deep_c(unsigned d, size_t n)
+{
+    unsigned a = d * 3, b = d ^ 5;
+    void *p = d ? deep_a(d - 1, n) : malloc(n);
+    sink += a + b;
+    return p;
+}
+
+static int deep;
+
 static void *worker(void *arg)
 {
     unsigned seed = (unsigned)(unsigned long)arg * 2654435761u + 1;
@@ -51,7 +85,7 @@ static void *worker(void *arg)
         unsigned k = (seed >> 16) & 63;
         free(live[k]);
         size_t n = 16 + ((seed >> 8) & size_mask);
-        live[k] = malloc(n);
+        live[k] = deep ? deep_a(seed % 24, n) : malloc(n);
         ((volatile char *)live[k])[0] = 1;
     }
     for (int k = 0; k < 64; k++) free(live[k]);
@@ -86,8 +120,9 @@ int main(int argc, char **argv)
         for (int i = 0; i < t && i < 256; i++) pthread_create(&th[i], NULL, worker, (void *)(long)i);
         for (int i = 0; i < t && i < 256; i++) pthread_join(th[i], NULL);
         printf("%.2f\n", (now_ns() - t0) / (double)n_ops);
-    } else if (!strcmp(argv[1], "mixed")) {
+    } else if (!strcmp(argv[1], "mixed") || !strcmp(argv[1], "deep")) {
         n_ops = atol(argv[2]);
+        deep = !strcmp(argv[1], "deep");
         size_mask = 4080;             /* 16 B..4 KiB */
         double t0 = now_ns();
         worker(NULL);
