@@ -96,24 +96,26 @@ static int program_frame(uint64_t hi, mlz_unwind_regs *r)
     return 0;
 }
 
-/* Captures the caller's stack, our own frames dropped. cache: the
- * thread's DWARF rule cache, or NULL. */
-static unsigned capture(mlz_tls *t, mlz_unwind_cache *cache, uint64_t *pcs)
+#define CAPTURE_MAX (MLZ_MAX_FRAMES + 8)   /* room for our own frames */
+
+/* Captures the caller's stack into raw[CAPTURE_MAX]; *pcs is set to its
+ * first frame that is not ours (no copy). cache: the thread's DWARF rule
+ * cache, or NULL. Returns the number of frames at *pcs. */
+static unsigned capture(mlz_tls *t, mlz_unwind_cache *cache, uint64_t *raw, const uint64_t **pcs)
 {
     uint64_t hi = mlz_stack_cache_hi(&t->stack);
-    uint64_t raw[MLZ_MAX_FRAMES + 8];
     unsigned n;
     mlz_unwind_regs r;
     if (mlz__g.unwinder == MLZ_UNWIND_FP)
-        n = mlz_unwind_fp_bounded(raw, MLZ_MAX_FRAMES + 8, 0, hi);
+        n = mlz_unwind_fp_bounded(raw, CAPTURE_MAX, 0, hi);
     else if (cache && program_frame(hi, &r))
-        n = mlz_unwind_dwarf_resume(raw, MLZ_MAX_FRAMES + 8, &r,
+        n = mlz_unwind_dwarf_resume(raw, CAPTURE_MAX, &r,
                                     (uint64_t)(uintptr_t)__builtin_frame_address(0), hi, cache);
     else if (cache)
-        n = mlz_unwind_dwarf_cached(raw, MLZ_MAX_FRAMES + 8, 0, hi, cache);
+        n = mlz_unwind_dwarf_cached(raw, CAPTURE_MAX, 0, hi, cache);
     else
-        n = mlz_unwind_dwarf_bounded(raw, MLZ_MAX_FRAMES + 8, 0, hi);
-    unsigned i = 0, k = 0;
+        n = mlz_unwind_dwarf_bounded(raw, CAPTURE_MAX, 0, hi);
+    unsigned i = 0;
     /* A walk that ran off the end can finish on a stale value below every
      * module (0x186a0 was seen): not a frame. Addresses above the lowest
      * module stay, even in no module: JIT code, or a library loaded since
@@ -123,8 +125,8 @@ static unsigned capture(mlz_tls *t, mlz_unwind_cache *cache, uint64_t *pcs)
     const mlz_module *mods = mlz_modtab_modules(&nmods, &gen);
     while (n > 0 && nmods && raw[n - 1] < mods[0].start) n--;
     while (i < n && raw[i] >= mlz__g.self_lo && raw[i] < mlz__g.self_hi) i++;
-    for (; i < n && k < MLZ_MAX_FRAMES; i++) pcs[k++] = raw[i];
-    return k;
+    *pcs = raw + i;
+    return n - i < MLZ_MAX_FRAMES ? n - i : MLZ_MAX_FRAMES;
 }
 
 /* The id of the caller's stack. A walk that gave exactly the frames the
@@ -135,11 +137,12 @@ static unsigned capture(mlz_tls *t, mlz_unwind_cache *cache, uint64_t *pcs)
  * the churn, callgrind). */
 static uint32_t stack_id(mlz_tls *t, mlz_ring *ring)
 {
-    uint64_t pcs[MLZ_MAX_FRAMES];
+    uint64_t raw[CAPTURE_MAX];
+    const uint64_t *pcs;
     mlz_unwind_cache *c = mlz__g.unwinder == MLZ_UNWIND_FP ? NULL : mlz__unwind_cache(ring);
     uint64_t v0 = c ? c->tail_version : 0;
     if (c) c->same_as_saved = 0;
-    unsigned depth = capture(t, c, pcs);
+    unsigned depth = capture(t, c, raw, &pcs);
     if (c && c->same_as_saved && c->saved_id && c->saved_version == c->tail_version &&
         c->saved_tag == mlz__g.session)
         return c->saved_id;
