@@ -1018,9 +1018,9 @@ typedef struct walker {
 
 /* A frame of a frame-pointer module the thread met (at a return address,
  * outside the module's code left to the CFI), stepped by rbp: no rule to
- * look up. The
- * step leaves the other callee-saved registers unknown (the frame may
- * have saved them): a later frame whose CFA needs one ends the walk. */
+ * look up. The step leaves the other callee-saved registers unknown (the
+ * frame may have saved them): a later frame whose CFA needs one ends the
+ * walk. */
 _Static_assert(MLZ_UNWIND_FP_MODULES == 2, "fp_module_step looks at two modules");
 
 static inline __attribute__((always_inline, no_sanitize_address)) int
