@@ -841,7 +841,6 @@ struct fp_args {
 static void *g_fp_lib;
 static void (*fp_f1)(struct fp_args *);
 static void (*fp_trap)(chain_cb, void *);
-
 static void (*fp_spin)(volatile int *);
 static void (*fp_leaf_spin)(volatile int *);
 
@@ -879,9 +878,9 @@ static int in_cfi_span(const mlz_module *m, void *fn)
  * frames by rbp and give exactly the frames of the uncached walk. */
 static void test_fp_modules(void)
 {
-    static const char *const want[] = { "capture_cached", "cached_cb", "fp_f4", "fp_f3", "chain_g3", "chain_g2",
-                                        "chain_g1", "fp_f2", "fp_trap", "fp_f1",
-                                        "test_fp_modules", "main", NULL };
+    static const char *const want[] = { "capture_cached", "cached_cb", "fp_f4", "fp_f3",
+                                        "chain_g3", "chain_g2", "chain_g1", "fp_f2", "fp_trap",
+                                        "fp_f1", "test_fp_modules", "main", NULL };
     REQUIRE(load_lib() == 0);
     REQUIRE(load_fp_lib() == 0);
     REQUIRE(mlz_modtab_refresh() == 0);
