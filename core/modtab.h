@@ -52,8 +52,8 @@ typedef struct mlz_module {
     const char *path;               /* dlpi_name, /proc/self/exe target for the executable; never NULL */
 } mlz_module;
 
-/* Decide m->frame_pointers (and outer_lo/hi) from the module's CFI
- * (core/unwind_dwarf.c); the refresh does it for every module. */
+/* Decide m->frame_pointers and its spans left to the CFI from the module's
+ * CFI (core/unwind_dwarf.c); the refresh does it for every module. */
 void mlz__unwind_classify(mlz_module *m);
 
 /* Rebuild the snapshot with dl_iterate_phdr into fresh mmap'd memory and
