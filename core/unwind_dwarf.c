@@ -884,17 +884,21 @@ static int sigreturn_step(const mlz_module *m, const mlz_unwind_regs *cur, const
     return STEP_OK;
 }
 
-/* No CFI: trust rbp if it looks like a frame record above sp. */
-static int fp_step(const mlz_unwind_regs *cur, const bounds *b, mlz_unwind_regs *nx)
+/* A step by rbp: the frame record {saved rbp, return address} at rbp, the
+ * caller's sp at rbp + 16. For frame-pointer modules, and where there is no
+ * CFI if rbp looks like a record above sp. One bounds check covers the
+ * record: sp is inside the bounds, so rbp at or above it and 16 bytes
+ * below the top is too. */
+static inline __attribute__((always_inline, no_sanitize_address)) int
+fp_step(const mlz_unwind_regs *cur, const bounds *b, mlz_unwind_regs *nx)
 {
     uint64_t fp = cur->reg[MLZ_REG_RBP], sp = cur->reg[MLZ_REG_RSP];
 
-    if (!(cur->valid & REG_BIT(MLZ_REG_RBP)) || fp < sp || (fp & 7) ||
+    if (!(cur->valid & REG_BIT(MLZ_REG_RBP)) || fp < sp || fp > b->hi - 16 || (fp & 7) ||
         fp - sp > MLZ_UNWIND_FP_MAX_GAP)
         return STEP_BAD;
-    if (rd_stack(b, fp, 8, &nx->reg[MLZ_REG_RBP]) < 0 ||
-        rd_stack(b, fp + 8, 8, &nx->reg[MLZ_REG_RIP]) < 0)
-        return STEP_BAD;
+    memcpy(&nx->reg[MLZ_REG_RBP], (const void *)(uintptr_t)fp, 8);
+    memcpy(&nx->reg[MLZ_REG_RIP], (const void *)(uintptr_t)(fp + 8), 8);
     nx->reg[MLZ_REG_RSP] = fp + 16;
     nx->valid = REG_BIT(MLZ_REG_RBP) | REG_BIT(MLZ_REG_RIP) | REG_BIT(MLZ_REG_RSP);
     return STEP_OK;
@@ -1023,7 +1027,7 @@ typedef struct walker {
  * walk. */
 _Static_assert(MLZ_UNWIND_FP_MODULES == 2, "fp_module_step looks at two modules");
 
-static inline __attribute__((always_inline, no_sanitize_address)) int
+static inline __attribute__((always_inline)) int
 fp_module_step(mlz_unwind_cache *c, const mlz_unwind_regs *cur, uint64_t look,
                const bounds *b, mlz_unwind_regs *nx)
 {
@@ -1037,16 +1041,8 @@ fp_module_step(mlz_unwind_cache *c, const mlz_unwind_regs *cur, uint64_t look,
     for (unsigned j = 0; j < m->ncfi; j++)
         if (look - m->cfi[j][0] < m->cfi[j][1] - m->cfi[j][0])
             return STEP_BAD;            /* not frame-pointer code: the rules say */
-    /* fp_step, with one bounds check for the record: rbp at or above sp
-     * (itself inside the bounds), its 16 bytes below the top. */
-    uint64_t fp = cur->reg[MLZ_REG_RBP];
-    if (!(cur->valid & REG_BIT(MLZ_REG_RBP)) || fp < cur->reg[MLZ_REG_RSP] || fp > b->hi - 16 ||
-        (fp & 7) || fp - cur->reg[MLZ_REG_RSP] > MLZ_UNWIND_FP_MAX_GAP)
+    if (fp_step(cur, b, nx) != STEP_OK)
         return STEP_BAD;
-    memcpy(&nx->reg[MLZ_REG_RBP], (const void *)(uintptr_t)fp, 8);
-    memcpy(&nx->reg[MLZ_REG_RIP], (const void *)(uintptr_t)(fp + 8), 8);
-    nx->reg[MLZ_REG_RSP] = fp + 16;
-    nx->valid = REG_BIT(MLZ_REG_RBP) | REG_BIT(MLZ_REG_RIP) | REG_BIT(MLZ_REG_RSP);
     c->fp_steps++;
     return STEP_OK;
 }
