@@ -64,7 +64,9 @@ typedef struct reuse_slot {
  * read only where the counts and masks say they hold something. */
 typedef struct model {
     uint64_t size_tab[MLZ_SPLIT_SIZE_SLOTS];
-    uint8_t  size_len[MLZ_SPLIT_SIZE_SLOTS];  /* v1 varint bytes of size_tab[i]; 0 = empty */
+    uint8_t  size_len[256];   /* v1 varint bytes of size_tab[i]; 0 = empty (always
+                                 for 251..255: a size code names slot code - 1, so
+                                 one load checks any code) */
     /* Model 2: row s is a ring of 8 addresses, written downwards. Its
      * state, one load and one store: bits 0-2 the position of the latest
      * entry; bit 8 + r set when the r-th latest (r = 0: the latest) holds
@@ -102,14 +104,12 @@ struct mlz_split_codec {
     stream s[MLZ_SPLIT_NSTREAMS];
     uint8_t *out; size_t out_cap;
     live_ent *live; uint32_t gen;
-    uint32_t *free_idx;        /* encoder: the allocation each FREE names, or LIVE_DEAD */
+    uint32_t *free_idx;        /* the allocation each FREE names, or LIVE_DEAD */
     size_t free_idx_cap;
     uint32_t *alloc_back;      /* encoder: j when the j-th latest FREE freed this ALLOC's address, else 0 */
     size_t alloc_back_cap;
     uint32_t *live_list, *live_pos;   /* the block's live allocations (see FREE) */
     size_t live_list_cap, live_pos_cap;
-    uint64_t *live_objs;       /* the decoder's live list: na addresses, then na sizes */
-    size_t live_objs_cap;
     lits scratch[5];           /* literal columns on their way in or out */
 };
 
@@ -187,7 +187,6 @@ void mlz_split_free(mlz_split_codec *c)
     free(c->alloc_back);
     free(c->live_list);
     free(c->live_pos);
-    free(c->live_objs);
     for (int i = 0; i < 5; i++) free(c->scratch[i].v);
     free(c);
 }
@@ -623,6 +622,74 @@ static int get_num_col(const stream *s, uint32_t n, uint64_t *restrict v, unsign
     return 0;
 }
 
+/* The sum (mod 2^64) of a column's values, plane by plane: plane b adds
+ * its byte sum times 2^(8b). Byte sums of at most 2^17 values fit 32 bits,
+ * and the compiler vectorises them. */
+static uint64_t col_sum(const stream *s, uint32_t n)
+{
+    unsigned w = s->p[0];
+    uint64_t sum = 0;
+    for (unsigned b = 0; b < w; b++) {
+        const uint8_t *restrict q = s->p + 1 + (size_t)b * n;
+        uint32_t t = 0;
+        for (uint32_t i = 0; i < n; i++) t += q[i];
+        sum += (uint64_t)t << (8 * b);
+    }
+    return sum;
+}
+
+/* The smallest and largest of a column's n >= 1 values: from the planes
+ * for widths up to 2 (vectorised), else from the values. */
+static void col_range(const stream *s, uint32_t n, const uint64_t *v, uint64_t *lo, uint64_t *hi)
+{
+    unsigned w = s->p[0];
+    const uint8_t *restrict p = s->p + 1;
+    if (w == 0) {
+        *lo = *hi = 0;
+    } else if (w == 1) {
+        uint8_t l = 255, h = 0;
+        for (uint32_t i = 0; i < n; i++) { l = p[i] < l ? p[i] : l; h = p[i] > h ? p[i] : h; }
+        *lo = l, *hi = h;
+    } else if (w == 2) {
+        const uint8_t *restrict p1 = p + n;
+        uint16_t l = 65535, h = 0;
+        for (uint32_t i = 0; i < n; i++) {
+            uint16_t x = (uint16_t)(p[i] | p1[i] << 8);
+            l = x < l ? x : l;
+            h = x > h ? x : h;
+        }
+        *lo = l, *hi = h;
+    } else {
+        uint64_t l = UINT64_MAX, h = 0;
+        for (uint32_t i = 0; i < n; i++) { l = v[i] < l ? v[i] : l; h = v[i] > h ? v[i] : h; }
+        *lo = l, *hi = h;
+    }
+}
+
+/* The number of values in a literal column, from its length; UINT32_MAX
+ * when that cannot tell (width 0: then the caller counts the 0 codes; or
+ * a malformed stream, which get_num_col then rejects). */
+static uint32_t lit_count(const stream *s, uint32_t max)
+{
+    unsigned w = s->len ? s->p[0] : 0;
+    if (!w || (s->len - 1) % w || (s->len - 1) / w > max) return UINT32_MAX;
+    return (uint32_t)((s->len - 1) / w);
+}
+
+static uint32_t zeros8(const uint8_t *v, uint32_t n)
+{
+    uint32_t z = 0;
+    for (uint32_t i = 0; i < n; i++) z += v[i] == 0;
+    return z;
+}
+
+static uint32_t zeros64(const uint64_t *v, uint32_t n)
+{
+    uint32_t z = 0;
+    for (uint32_t i = 0; i < n; i++) z += v[i] == 0;
+    return z;
+}
+
 /* Unpacks the stream directory and the streams themselves. */
 static int unpack(mlz_split_codec *c, const uint8_t *payload, size_t len, uint32_t n,
                   char *why, size_t whylen)
@@ -671,6 +738,169 @@ static size_t other_tail(uint8_t t, const uint8_t *p, const uint8_t *end)
     return (size_t)(q - p);
 }
 
+/* Pass 1 of decoding: the sizes of the block's na ALLOCs from their codes
+ * and literals (the recent-size table), and their v1 varint bytes. */
+static int decode_sizes(model *m, const uint8_t *sc, const uint64_t *lit, uint32_t nlit, uint32_t na,
+                        uint64_t *restrict size, size_t *bytes, char *why, size_t whylen)
+{
+    size_t sb = 0;
+    uint32_t si = 0;
+    for (uint32_t i = 0; i < na; i++) {
+        uint8_t s = sc[i];
+        uint64_t v;
+        if (s) {
+            if (!m->size_len[s - 1]) BAD("size code %u names an empty slot", s);
+            v = m->size_tab[s - 1];
+            sb += m->size_len[s - 1];
+        } else {
+            if (si == nlit) BAD("more size codes 0 than size literals (%u)", nlit);
+            v = lit[si++];
+            unsigned ss = size_slot(v);
+            if (m->size_len[ss] && m->size_tab[ss] == v) BAD("size literal %llu should have been a table hit", (unsigned long long)v);
+            m->size_tab[ss] = v;
+            m->size_len[ss] = (uint8_t)mlz_varint_len(v);
+            sb += m->size_len[ss];
+        }
+        size[i] = v;
+    }
+    if (si != nlit) BAD("%u size literals for %u size codes 0", nlit, si);
+    *bytes = sb;
+    return 0;
+}
+
+/* Pass 2: the threads of the ALLOCs (each stored XOR the previous one).
+ * 1 if they are all one thread. */
+static int decode_threads(const uint64_t *x, uint32_t na, uint16_t *restrict th)
+{
+    uint16_t prev = 0, first = na ? (uint16_t)x[0] : 0, other = 0;
+    for (uint32_t i = 0; i < na; i++) {
+        prev = (uint16_t)(prev ^ x[i]);
+        th[i] = prev;
+        other |= (uint16_t)(prev ^ first);
+    }
+    return other == 0;
+}
+
+/* Pass 3: the live list, in event order, on allocation indices alone: the
+ * allocation each FREE names (free_idx, as the encoder has it), or
+ * LIVE_DEAD for a literal. Apart from the addresses, so that pass 4 knows
+ * a freed block's size, and its row, as soon as it reaches the FREE. */
+static int live_pass(mlz_split_codec *c, const uint8_t *kind, uint32_t n, const uint64_t *refs,
+                     char *why, size_t whylen)
+{
+    uint32_t *live = c->live_list, *fidx = c->free_idx;
+    uint32_t nlive = 0, ai = 0, fi = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        if (kind[i] == MLZ_EV_ALLOC) {
+            live[nlive++] = ai++;
+        } else if (kind[i] == MLZ_EV_FREE) {
+            uint64_t ref = refs[fi];
+            if (ref > nlive) BAD("FREE names live object %llu from the end of %u", (unsigned long long)ref, nlive);
+            if (ref) {
+                uint32_t p = nlive - (uint32_t)ref;
+                fidx[fi] = live[p];
+                live[p] = live[--nlive];
+            } else {
+                fidx[fi] = LIVE_DEAD;
+            }
+            fi++;
+        }
+    }
+    return 0;
+}
+
+/* Pass 4's inputs. */
+typedef struct event_pass {
+    const uint8_t *kind, *ac;
+    const uint64_t *addr_lit, *flits;
+    uint32_t n, nal, nfl;
+} event_pass;
+
+/* Pass 4: the addresses, in event order (the freed-blocks and address-base
+ * models). model2 and one_thread are constants in each copy the compiler
+ * makes. */
+static inline __attribute__((always_inline)) int
+event_pass_run(mlz_split_codec *c, const event_pass *e, const int model2, const int one_thread,
+               char *why, size_t whylen)
+{
+    model *m = &c->m;
+    const uint8_t *restrict kind = e->kind, *restrict ac = e->ac;
+    const uint64_t *restrict addr_lit = e->addr_lit, *restrict flits = e->flits;
+    const uint32_t *restrict fidx = c->free_idx;
+    const uint64_t *restrict a_size = c->cols.a_size;
+    const uint16_t *restrict a_thread = c->cols.a_thread;
+    uint64_t *restrict a_addr = c->cols.a_addr, *restrict f_addr = c->cols.f_addr;
+    uint32_t ai = 0, fi = 0, li = 0, fli = 0;
+    uint64_t last_addr = 0;   /* one_thread: the address base */
+    for (uint32_t i = 0; i < e->n; i++) {
+        uint8_t t = kind[i];
+        if (t == MLZ_EV_ALLOC) {
+            uint64_t size = a_size[ai], addr;
+            uint8_t a = ac[ai];
+            if (!a) {
+                /* Writers code the first match (docs/FORMAT.md); readers do
+                 * not re-check it: the CRC guards the bytes, and a different
+                 * choice would still decode to the same events. */
+                if (li == e->nal) BAD("more address codes 0 than address literals (%u)", e->nal);
+                addr = (one_thread ? last_addr : addr_base(m, a_thread[ai])) + unzz(addr_lit[li++]);
+            } else if (model2 && a <= MLZ_SPLIT_REUSE_DEPTH) {
+                unsigned rs = reuse_slot_of(size);
+                unsigned r = c->nth_bit[m->row_state[rs] >> 8][a - 1];
+                if (r == 0xFF) BAD("address code %u names no freed block of size %llu", a, (unsigned long long)size);
+                addr = row_take(m, rs, r);
+            } else if (model2) {
+                uint32_t j = a - MLZ_SPLIT_REUSE_DEPTH;
+                if (j > fi) BAD("address code %u names a FREE before the block's first", a);
+                addr = f_addr[fi - j];
+            } else if (a <= MLZ_SPLIT_REUSE_DEPTH) {
+                unsigned rs = reuse_slot_of(size);
+                if (m->reuse_size[rs] != size || a > m->reuse_count[rs])
+                    BAD("address code %u names no freed block of size %llu", a, (unsigned long long)size);
+                addr = reuse_take(m, rs, a);
+            } else {
+                uint32_t j = a - MLZ_SPLIT_REUSE_DEPTH;
+                if (j > m->ring_count) BAD("address code %u names no recently freed block", a);
+                addr = m->ring[(m->ring_head + MLZ_SPLIT_RING + 1 - j) % MLZ_SPLIT_RING];
+            }
+            if (one_thread) last_addr = addr;
+            else addr_seen(m, a_thread[ai], addr);
+            a_addr[ai++] = addr;
+        } else if (t == MLZ_EV_FREE) {
+            uint32_t o = fidx[fi];
+            uint64_t addr;
+            if (o != LIVE_DEAD) {
+                uint64_t size = a_size[o];
+                addr = a_addr[o];
+                if (model2) row_push(m, reuse_slot_of(size), addr);
+                else reuse_push(m, size, addr);
+            } else {
+                if (fli == e->nfl) BAD("more free references 0 than free literals (%u)", e->nfl);
+                addr = m->prev_free_lit + unzz(flits[fli++]);
+                m->prev_free_lit = addr;
+            }
+            f_addr[fi++] = addr;
+        }
+    }
+    if (li != e->nal || fli != e->nfl) BAD("literal columns hold more values than codes 0");
+    return 0;
+}
+
+/* Pass 5, for blocks that have them: the GC, MARKER and extension events'
+ * tails in the other stream, checked and measured; -1 if malformed. */
+static long other_pass(const uint8_t *kind, uint32_t n, const uint8_t *oth, const uint8_t *oend,
+                       char *why, size_t whylen)
+{
+    size_t op = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        uint8_t t = kind[i];
+        if (t == MLZ_EV_ALLOC || t == MLZ_EV_FREE) continue;
+        size_t tl = other_tail(t, oth + op, oend);
+        if (!tl) BAD("malformed or missing fields for event %u (type %d)", i, t);
+        op += tl;
+    }
+    return (long)op;
+}
+
 int mlz_split_decode(mlz_split_codec *c, const uint8_t *payload, size_t len,
                      uint32_t n, char *why, size_t whylen, int *bad_kind)
 {
@@ -694,121 +924,58 @@ int mlz_split_decode(mlz_split_codec *c, const uint8_t *payload, size_t len,
     }
     memcpy(k->kind, kind, n);
     k->n = n; k->nalloc = na; k->nfree = nf;
-    size_t delta_bytes = 0, stack_bytes = 0, size_bytes = 0;   /* v1 varints, for raw_len */
+    size_t delta_bytes = 0, stack_bytes = 0;   /* v1 varints, for raw_len */
     if (get_num_col(&S[MLZ_S_DELTA], n, k->delta, 8, &delta_bytes)) BAD("malformed delta stream");
     if (S[MLZ_S_SIZE_CODE].len != na || S[MLZ_S_ADDR_CODE].len != na)
         BAD("size or address code streams do not hold one code per ALLOC (%u)", na);
     if (get_num_col(&S[MLZ_S_STACK], na, k->a_stack, 8, &stack_bytes)) BAD("malformed stack stream");
+    k->delta_sum = col_sum(&S[MLZ_S_DELTA], n);
+    k->stack_lo = k->stack_hi = 0;
+    if (na) col_range(&S[MLZ_S_STACK], na, k->a_stack, &k->stack_lo, &k->stack_hi);
 
-    /* Literal columns: their counts follow from the codes. */
-    uint32_t nsl = 0, nal = 0;
+    /* Literal columns: one value per 0 code. Their counts come from their
+     * lengths (no counting pass); the passes below check each literal they
+     * take against them, and the totals after. */
     const uint8_t *sc = S[MLZ_S_SIZE_CODE].p, *ac = S[MLZ_S_ADDR_CODE].p;
-    for (uint32_t i = 0; i < na; i++) { nsl += sc[i] == 0; nal += ac[i] == 0; }
     lits *L = c->scratch;
     for (int i = 0; i < 5; i++)
         if (grow((void **)&L[i].v, &L[i].cap, n + 1, sizeof *L[i].v)) BAD("out of memory");
     uint64_t *size_lit = L[0].v, *addr_lit = L[1].v, *thr = L[2].v, *refs = L[3].v, *flits = L[4].v;
-    if (get_num_col(&S[MLZ_S_SIZE_LIT], nsl, size_lit, 8, NULL)) BAD("malformed size literal stream");
-    if (get_num_col(&S[MLZ_S_ADDR_LIT], nal, addr_lit, 8, NULL)) BAD("malformed address literal stream");
     if (get_num_col(&S[MLZ_S_THREAD], na, thr, 2, NULL)) BAD("malformed thread stream");
     if (get_num_col(&S[MLZ_S_FREE_REF], nf, refs, 8, NULL)) BAD("malformed free reference stream");
-    uint32_t nfl = 0;
-    for (uint32_t i = 0; i < nf; i++) nfl += refs[i] == 0;
+    uint32_t nsl = lit_count(&S[MLZ_S_SIZE_LIT], na), nal = lit_count(&S[MLZ_S_ADDR_LIT], na);
+    uint32_t nfl = lit_count(&S[MLZ_S_FREE_LIT], nf);
+    if (nsl == UINT32_MAX) nsl = zeros8(sc, na);
+    if (nal == UINT32_MAX) nal = zeros8(ac, na);
+    if (nfl == UINT32_MAX) nfl = zeros64(refs, nf);
+    if (get_num_col(&S[MLZ_S_SIZE_LIT], nsl, size_lit, 8, NULL)) BAD("malformed size literal stream");
+    if (get_num_col(&S[MLZ_S_ADDR_LIT], nal, addr_lit, 8, NULL)) BAD("malformed address literal stream");
     if (get_num_col(&S[MLZ_S_FREE_LIT], nfl, flits, 8, NULL)) BAD("malformed free literal stream");
 
-    /* The model pass, in event order. */
+    /* The models, in four passes: sizes and threads each depend on ALLOCs
+     * alone; the live list and then the addresses run in event order. */
     model *m = &c->m;
-    const int model2 = c->model == 2;
     model_reset(m);
-    /* The live list holds each object's address and size (not its index):
-     * a FREE then reads near the list's end instead of two columns at an
-     * index anywhere in the block. Two arrays, not an array of pairs: the
-     * last entry was often stored a few events ago as two 8-byte stores,
-     * and the 16-byte load the compiler makes of a pair waits for them to
-     * drain (a failed store forward: a quarter of the decode time). */
-    if (grow((void **)&c->live_objs, &c->live_objs_cap, 2 * ((size_t)na + 1), sizeof *c->live_objs))
+    size_t size_bytes;
+    if (decode_sizes(m, sc, size_lit, nsl, na, k->a_size, &size_bytes, why, whylen)) return -1;
+    int one_thread = decode_threads(thr, na, k->a_thread);
+    if (grow((void **)&c->live_list, &c->live_list_cap, (size_t)na + 1, sizeof *c->live_list) ||
+        grow((void **)&c->free_idx, &c->free_idx_cap, (size_t)nf + 1, sizeof *c->free_idx))
         BAD("out of memory");
-    uint64_t *live_addr = c->live_objs, *live_size = c->live_objs + na + 1;
-    uint32_t nlive = 0;
-    uint32_t ai = 0, fi = 0, si = 0, li = 0, fli = 0;
-    size_t op = 0, raw = 0;
-    const uint8_t *oth = S[MLZ_S_OTHER].p, *oend = oth + S[MLZ_S_OTHER].len;
-    uint16_t prev_th = 0;
-    for (uint32_t i = 0; i < n; i++) {
-        uint8_t t = kind[i];
-        if (t == MLZ_EV_ALLOC) {
-            uint64_t size;
-            uint8_t s = sc[ai];
-            if (s) {
-                if (s > MLZ_SPLIT_SIZE_SLOTS || !m->size_len[s - 1]) BAD("size code %u names an empty slot", s);
-                size = m->size_tab[s - 1];
-                size_bytes += m->size_len[s - 1];
-            } else {
-                size = size_lit[si++];
-                unsigned ss = size_slot(size);
-                if (m->size_len[ss] && m->size_tab[ss] == size) BAD("size literal %llu should have been a table hit", (unsigned long long)size);
-                m->size_tab[ss] = size;
-                m->size_len[ss] = (uint8_t)mlz_varint_len(size);
-                size_bytes += m->size_len[ss];
-            }
-            uint16_t th = (uint16_t)(thr[ai] ^ prev_th);
-            prev_th = th;
-            uint64_t addr;
-            uint8_t a = ac[ai];
-            if (!a) {
-                /* Writers code the first match (docs/FORMAT.md); readers do
-                 * not re-check it: the CRC guards the bytes, and a different
-                 * choice would still decode to the same events. */
-                addr = addr_base(m, th) + unzz(addr_lit[li++]);
-            } else if (model2 && a <= MLZ_SPLIT_REUSE_DEPTH) {
-                unsigned rs = reuse_slot_of(size);
-                unsigned r = c->nth_bit[m->row_state[rs] >> 8][a - 1];
-                if (r == 0xFF) BAD("address code %u names no freed block of size %llu", a, (unsigned long long)size);
-                addr = row_take(m, rs, r);
-            } else if (model2) {
-                uint32_t j = a - MLZ_SPLIT_REUSE_DEPTH;
-                if (j > fi) BAD("address code %u names a FREE before the block's first", a);
-                addr = k->f_addr[fi - j];
-            } else if (a <= MLZ_SPLIT_REUSE_DEPTH) {
-                unsigned rs = reuse_slot_of(size);
-                if (m->reuse_size[rs] != size || a > m->reuse_count[rs])
-                    BAD("address code %u names no freed block of size %llu", a, (unsigned long long)size);
-                addr = reuse_take(m, rs, a);
-            } else {
-                uint32_t j = a - MLZ_SPLIT_REUSE_DEPTH;
-                if (j > m->ring_count) BAD("address code %u names no recently freed block", a);
-                addr = m->ring[(m->ring_head + MLZ_SPLIT_RING + 1 - j) % MLZ_SPLIT_RING];
-            }
-            live_addr[nlive] = addr;
-            live_size[nlive++] = size;
-            addr_seen(m, th, addr);
-            k->a_size[ai] = size;
-            k->a_addr[ai] = addr;
-            k->a_thread[ai] = th;
-            ai++;
-        } else if (t == MLZ_EV_FREE) {
-            uint64_t ref = refs[fi], addr;
-            if (ref) {
-                if (ref > nlive) BAD("FREE names live object %llu from the end of %u", (unsigned long long)ref, nlive);
-                uint32_t p = nlive - (uint32_t)ref;
-                uint64_t size = live_size[p];
-                addr = live_addr[p];
-                nlive--;
-                live_addr[p] = live_addr[nlive];
-                live_size[p] = live_size[nlive];
-                if (model2) row_push(m, reuse_slot_of(size), addr);
-                else reuse_push(m, size, addr);
-            } else {
-                addr = m->prev_free_lit + unzz(flits[fli++]);
-                m->prev_free_lit = addr;
-            }
-            k->f_addr[fi++] = addr;
-        } else {
-            size_t tl = other_tail(t, oth + op, oend);
-            if (!tl) BAD("malformed or missing fields for event %u (type %d)", i, t);
-            op += tl;
-        }
-    }
+    if (live_pass(c, kind, n, refs, why, whylen)) return -1;
+    event_pass e = {
+        .kind = kind, .ac = ac, .addr_lit = addr_lit, .flits = flits, .n = n, .nal = nal, .nfl = nfl,
+    };
+    /* One copy of the pass per model, and one for blocks of a single thread
+     * (most: their address base is simply the previous ALLOC's address). */
+    int rc = c->model != 2 ? event_pass_run(c, &e, 0, 0, why, whylen)
+           : one_thread    ? event_pass_run(c, &e, 1, 1, why, whylen)
+                           : event_pass_run(c, &e, 1, 0, why, whylen);
+    if (rc) return -1;
+    const uint8_t *oth = S[MLZ_S_OTHER].p;
+    long olen = na + nf == n ? 0 : other_pass(kind, n, oth, oth + S[MLZ_S_OTHER].len, why, whylen);
+    if (olen < 0) return -1;
+    size_t op = (size_t)olen, raw;
     /* The v1 length, column by column. */
     raw = (size_t)n + 10 * (size_t)na + 8 * (size_t)nf + op   /* type bytes, fixed fields, tails */
         + delta_bytes + size_bytes + stack_bytes;

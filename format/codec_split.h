@@ -44,6 +44,8 @@ enum mlz_split_stream {
 typedef struct mlz_split_cols {
     uint32_t n, nalloc, nfree, cap;
     uint64_t raw_len;                 /* v1 bytes of these events */
+    uint64_t delta_sum;               /* the deltas' sum (mod 2^64): the block's span */
+    uint64_t stack_lo, stack_hi;      /* the smallest and largest stack id (if nalloc) */
     uint8_t  *kind;                   /* [n] event types */
     uint64_t *delta;                  /* [n] */
     uint64_t *a_addr, *a_size, *a_stack;   /* [nalloc] */

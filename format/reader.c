@@ -845,16 +845,12 @@ int mlz_reader_seek_time(mlz_reader *r, uint64_t t_us, mlz_error *err)
 static int check_stacks(mlz_reader *r, const mlz_split_cols *c, mlz_error *err)
 {
     /* A trace's stack ids are usually dense: then a block whose ids lie
-     * within them is checked by its smallest and largest (one pass with
-     * no look-up), not id by id. */
+     * within them is checked by its smallest and largest (the decoder
+     * finds them), not id by id. */
     size_t ns = r->meta.nstacks;
     if (!r->spool && ns && r->meta.stacks[ns - 1].id - r->meta.stacks[0].id == ns - 1) {
-        uint64_t lo = UINT64_MAX, hi = 0;
-        for (uint32_t i = 0; i < c->nalloc; i++) {
-            lo = c->a_stack[i] < lo ? c->a_stack[i] : lo;
-            hi = c->a_stack[i] > hi ? c->a_stack[i] : hi;
-        }
-        if (lo >= r->meta.stacks[0].id && hi <= r->meta.stacks[ns - 1].id) return 0;
+        if (!c->nalloc || (c->stack_lo >= r->meta.stacks[0].id && c->stack_hi <= r->meta.stacks[ns - 1].id))
+            return 0;
     }
     uint64_t last = UINT64_MAX;
     int last_ok = 0;
@@ -914,9 +910,7 @@ int mlz_reader_next_block(mlz_reader *r, mlz_block_view *b, mlz_error *err)
     b->a_stack = c->a_stack;
     b->a_thread = c->a_thread;
     b->f_addr = c->f_addr;
-    uint64_t t = r->time_us;
-    for (uint32_t i = 0; i < c->n; i++) t += c->delta[i];
-    r->time_us = t;
+    r->time_us += c->delta_sum;
     r->events += c->n;
     r->sp_i = r->sp_n = 0;
     return 1;

@@ -274,6 +274,63 @@ static void test_bad_address_codes_rejected(void)
     mlz_split_free(c);
 }
 
+/* Column s (n values) resized to m values: plane by plane, the first
+ * values kept, new ones 1 (so the width stays minimal). Its length. */
+static size_t col_resize(const uint8_t *s, uint32_t n, uint32_t m, uint8_t *out)
+{
+    unsigned w = s[0];
+    out[0] = (uint8_t)w;
+    for (unsigned b = 0; b < w; b++)
+        for (uint32_t i = 0; i < m; i++)
+            out[1 + (size_t)b * m + i] = i < n ? s[1 + (size_t)b * n + i] : b == 0;
+    return 1 + (size_t)w * m;
+}
+
+/* A literal column holds one value per 0 code: the reader takes its count
+ * from its length and must reject one value too many or too few, in each
+ * of the three literal columns (the block has codes other than 0 too, so
+ * a column one value too long still fits the number of codes). A column
+ * of width 0 (all zeros) has no
+ * count of its own: it stands for as many zeros as there are 0 codes. */
+static void test_literal_counts_checked(void)
+{
+    mlz_split_codec *c = mlz_split_new(3);
+    REQUIRE(c);
+    v1buf v = { .n = 0 };
+    v1_alloc(&v, 0, 0x1000, 48, 0, 1);
+    v1_alloc(&v, 0, 0x2000, 64, 0, 1);
+    v1_free(&v, 0, 0x9000);     /* born in no ALLOC of the block: literals */
+    v1_free(&v, 0, 0x9400);
+    v1_free(&v, 0, 0x1000);     /* a reference */
+    v1_alloc(&v, 0, 0x1000, 48, 0, 1);   /* a size and an address by code */
+    CHECK(roundtrip(c, &v) == 0);
+    const int cols[3] = { MLZ_S_SIZE_LIT, MLZ_S_ADDR_LIT, MLZ_S_FREE_LIT };
+    char why[200];
+    uint8_t col[64];
+    for (int k = 0; k < 3; k++) {
+        size_t l;
+        const uint8_t *s = stream(c, cols[k], &l);
+        REQUIRE(l == 1 + 2u * s[0] && s[0]);   /* two literals each */
+        uint8_t orig[64];
+        memcpy(orig, s, l);
+        CHECK(decode_with(c, 6, cols[k], orig, l, why, sizeof why) == 0);
+        size_t m = col_resize(orig, 2, 3, col);
+        CHECK(decode_with(c, 6, cols[k], col, m, why, sizeof why) == -1 && strstr(why, "literal"));
+        m = col_resize(orig, 2, 1, col);
+        CHECK(decode_with(c, 6, cols[k], col, m, why, sizeof why) == -1 && strstr(why, "literal"));
+    }
+    /* Frees of address 0: zigzag steps of 0, a column of width 0. */
+    v.n = 0;
+    v1_alloc(&v, 0, 0x1000, 48, 0, 1);
+    v1_free(&v, 0, 0);
+    v1_free(&v, 0, 0);
+    CHECK(roundtrip(c, &v) == 0);
+    size_t l;
+    const uint8_t *s = stream(c, MLZ_S_FREE_LIT, &l);
+    CHECK(l == 1 && s[0] == 0);
+    mlz_split_free(c);
+}
+
 static void test_extreme_values(void)
 {
     mlz_split_codec *c = mlz_split_new(3);
@@ -387,7 +444,7 @@ static void write_sample(const char *p, unsigned flags, uint64_t events, uint64_
     uint64_t t = o.start_us, s = 7, live[256] = { 0 };
     for (uint64_t i = 0; i < events; i++) {
         uint64_t r = check_rng(&s);
-        t += r % 5;
+        t += i % 997 == 0 ? (r >> 24) % 100000 : r % 5;   /* some gaps: deltas of 3 bytes */
         if (every && i && i % every == 0) mlz_writer_end_block(&w);
         unsigned k = (r >> 8) & 255;
         if (i % 1000 == 999) mlz_writer_marker(&w, t, 0);
@@ -733,6 +790,7 @@ int main(int argc, char **argv)
     RUN(test_address_reuse_and_size_table);
     RUN(test_rows_and_back_references);
     RUN(test_bad_address_codes_rejected);
+    RUN(test_literal_counts_checked);
     RUN(test_extreme_values);
     RUN(test_varint_boundaries_per_width);
     RUN(test_threads_mid_block);
