@@ -7,6 +7,7 @@
  * Rule 3 covers shape and types; rule 4 the ids that frames point at.
  */
 #include "mlz_format.h"
+#include "meta_stacks.h"
 
 #include <jansson.h>
 #include <stdarg.h>
@@ -132,6 +133,36 @@ static int get_uint(json_t *o, const char *k, uint64_t *out, int required)
     return 0;
 }
 
+/* A frame's references (rule 4) and ranges, then the frame itself. Both
+ * parsers (jansson's tree, the fast path) come here in document order, so
+ * they report the same first error. */
+static int set_frame(const mlz_meta *m, mlz_frame *fr, uint64_t file, uint64_t func, uint64_t line,
+                     int has_module, uint64_t mod, uint64_t addr, int inlined, const char *key, uint32_t i,
+                     mlz_error *err)
+{
+    if (find_id(m->file_ids, m->nfiles, file) < 0)
+        return mlz__error_set(err, MLZ_RULE_REFERENCE, MLZ_HEADER_SIZE,
+                    "stack_traces[\"%s\"][%u] names file %llu, which is not in files", key, i,
+                    (unsigned long long)file);
+    if (find_id(m->func_ids, m->nfunctions, func) < 0)
+        return mlz__error_set(err, MLZ_RULE_REFERENCE, MLZ_HEADER_SIZE,
+                    "stack_traces[\"%s\"][%u] names function %llu, which is not in functions", key, i,
+                    (unsigned long long)func);
+    if (has_module && mod >= m->nmodules)
+        return mlz__error_set(err, MLZ_RULE_REFERENCE, MLZ_HEADER_SIZE,
+                    "stack_traces[\"%s\"][%u] names module %llu, which is not in modules", key, i,
+                    (unsigned long long)mod);
+    fr->file_id = (uint32_t)file;
+    fr->func_id = (uint32_t)func;
+    fr->line = (uint32_t)line;
+    fr->module = has_module ? (int32_t)mod : -1;
+    fr->addr = addr;
+    fr->inlined = inlined;
+    if (file > UINT32_MAX || func > UINT32_MAX)
+        return mlz__error_set(err, MLZ_RULE_METADATA, MLZ_HEADER_SIZE, "stack_traces[\"%s\"][%u] id too large", key, i);
+    return 0;
+}
+
 static int load_frames(mlz_meta *m, json_t *arr, mlz_stack *st, const char *key, mlz_error *err)
 {
     st->depth = (uint32_t)json_array_size(arr);
@@ -139,7 +170,6 @@ static int load_frames(mlz_meta *m, json_t *arr, mlz_stack *st, const char *key,
     if (!st->frames) return mlz__error_set(err, MLZ_RULE_IO, 0, "out of memory");
     for (uint32_t i = 0; i < st->depth; i++) {
         json_t *f = json_array_get(arr, i);
-        mlz_frame *fr = &st->frames[i];
         uint64_t file, line, func, mod = 0, addr = 0;
         if (!json_is_object(f) || get_uint(f, "file_id", &file, 1) || get_uint(f, "line", &line, 1) ||
             get_uint(f, "func_id", &func, 1) || line > UINT32_MAX)
@@ -150,26 +180,32 @@ static int load_frames(mlz_meta *m, json_t *arr, mlz_stack *st, const char *key,
         if (hm < 0 || ha < 0 || (inl && !json_is_boolean(inl)))
             return mlz__error_set(err, MLZ_RULE_METADATA, MLZ_HEADER_SIZE,
                         "stack_traces[\"%s\"][%u] has a malformed module, addr or inline", key, i);
-        if (find_id(m->file_ids, m->nfiles, file) < 0)
-            return mlz__error_set(err, MLZ_RULE_REFERENCE, MLZ_HEADER_SIZE,
-                        "stack_traces[\"%s\"][%u] names file %llu, which is not in files", key, i,
-                        (unsigned long long)file);
-        if (find_id(m->func_ids, m->nfunctions, func) < 0)
-            return mlz__error_set(err, MLZ_RULE_REFERENCE, MLZ_HEADER_SIZE,
-                        "stack_traces[\"%s\"][%u] names function %llu, which is not in functions", key, i,
-                        (unsigned long long)func);
-        if (hm == 0 && mod >= m->nmodules)
-            return mlz__error_set(err, MLZ_RULE_REFERENCE, MLZ_HEADER_SIZE,
-                        "stack_traces[\"%s\"][%u] names module %llu, which is not in modules", key, i,
-                        (unsigned long long)mod);
-        fr->file_id = (uint32_t)file;
-        fr->func_id = (uint32_t)func;
-        fr->line = (uint32_t)line;
-        fr->module = hm == 0 ? (int32_t)mod : -1;
-        fr->addr = addr;
-        fr->inlined = inl && json_is_true(inl);
-        if (file > UINT32_MAX || func > UINT32_MAX)
-            return mlz__error_set(err, MLZ_RULE_METADATA, MLZ_HEADER_SIZE, "stack_traces[\"%s\"][%u] id too large", key, i);
+        if (set_frame(m, &st->frames[i], file, func, line, hm == 0, mod, addr, inl && json_is_true(inl), key, i, err))
+            return -1;
+    }
+    return 0;
+}
+
+/* The stacks from the fast path, checked as load_frames checks them. */
+static int load_raw_stacks(mlz_meta *m, const mlz_raw_stacks *raw, mlz_error *err)
+{
+    m->stacks = calloc(raw->n ? raw->n : 1, sizeof *m->stacks);
+    if (!m->stacks) return mlz__error_set(err, MLZ_RULE_IO, 0, "out of memory");
+    for (size_t i = 0; i < raw->n; i++) {
+        mlz_stack *st = &m->stacks[i];
+        char key[24];
+        snprintf(key, sizeof key, "%llu", (unsigned long long)raw->id[i]);
+        st->id = raw->id[i];
+        st->depth = (uint32_t)(raw->first[i + 1] - raw->first[i]);
+        st->frames = calloc(st->depth ? st->depth : 1, sizeof *st->frames);
+        m->nstacks = i + 1;
+        if (!st->frames) return mlz__error_set(err, MLZ_RULE_IO, 0, "out of memory");
+        for (uint32_t j = 0; j < st->depth; j++) {
+            const mlz_raw_frame *f = &raw->frames[raw->first[i] + j];
+            if (set_frame(m, &st->frames[j], f->file, f->func, f->line, f->has_module, f->module, f->addr,
+                          f->inlined, key, j, err))
+                return -1;
+        }
     }
     return 0;
 }
@@ -194,22 +230,26 @@ static int load_modules(mlz_meta *m, json_t *arr, mlz_error *err)
     return 0;
 }
 
-int mlz_meta_parse(mlz_meta *m, const char *json, size_t len, mlz_error *err)
+/* The document with the span [b, e) (the stack_traces value) replaced by
+ * {}, read by jansson; NULL if jansson refuses it. */
+static json_t *load_without(const char *json, size_t len, size_t b, size_t e)
 {
-    memset(m, 0, sizeof *m);
-    m->pid = -1;
-    m->json = malloc(len + 1);
-    if (!m->json) return mlz__error_set(err, MLZ_RULE_IO, 0, "out of memory");
-    memcpy(m->json, json, len);
-    m->json[len] = 0;
-    m->json_len = len;
-
+    size_t n = len - (e - b) + 2;
+    char *doc = malloc(n);
+    if (!doc) return NULL;
+    memcpy(doc, json, b);
+    memcpy(doc + b, "{}", 2);
+    memcpy(doc + b + 2, json + e, len - e);
     json_error_t je;
-    json_t *root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &je);
-    if (!root)
-        return mlz__error_set(err, MLZ_RULE_METADATA, MLZ_HEADER_SIZE + (uint64_t)(je.position > 0 ? je.position : 0),
-                    "metadata is not valid JSON: %s", je.text);
-    m->root = root;
+    json_t *root = json_loadb(doc, n, JSON_REJECT_DUPLICATES, &je);
+    free(doc);
+    return root;
+}
+
+/* Everything after the JSON parse; raw: the fast path's stacks, or NULL
+ * to take them from the tree. */
+static int load_tables(mlz_meta *m, json_t *root, const mlz_raw_stacks *raw, mlz_error *err)
+{
     if (!json_is_object(root))
         return mlz__error_set(err, MLZ_RULE_METADATA, MLZ_HEADER_SIZE, "metadata is not a JSON object");
 
@@ -240,21 +280,57 @@ int mlz_meta_parse(mlz_meta *m, const char *json, size_t len, mlz_error *err)
         load_strings(funcs, "functions", &m->func_ids, &m->functions, &m->nfunctions, err))
         return -1;
 
-    size_t ns = json_object_size(st), i = 0;
-    m->stacks = calloc(ns ? ns : 1, sizeof *m->stacks);
-    if (!m->stacks) return mlz__error_set(err, MLZ_RULE_IO, 0, "out of memory");
-    const char *key;
-    json_object_foreach(st, key, v) {
-        if (parse_id(key, &m->stacks[i].id))
-            return mlz__error_set(err, MLZ_RULE_METADATA, MLZ_HEADER_SIZE, "stack_traces key \"%.40s\" is not a decimal id", key);
-        if (!json_is_array(v))
-            return mlz__error_set(err, MLZ_RULE_METADATA, MLZ_HEADER_SIZE, "stack_traces[\"%s\"] is not an array", key);
-        m->nstacks = i + 1;
-        if (load_frames(m, v, &m->stacks[i], key, err)) return -1;
-        i++;
+    if (raw) {
+        if (load_raw_stacks(m, raw, err)) return -1;
+    } else {
+        size_t ns = json_object_size(st), i = 0;
+        m->stacks = calloc(ns ? ns : 1, sizeof *m->stacks);
+        if (!m->stacks) return mlz__error_set(err, MLZ_RULE_IO, 0, "out of memory");
+        const char *key;
+        json_object_foreach(st, key, v) {
+            if (parse_id(key, &m->stacks[i].id))
+                return mlz__error_set(err, MLZ_RULE_METADATA, MLZ_HEADER_SIZE, "stack_traces key \"%.40s\" is not a decimal id", key);
+            if (!json_is_array(v))
+                return mlz__error_set(err, MLZ_RULE_METADATA, MLZ_HEADER_SIZE, "stack_traces[\"%s\"] is not an array", key);
+            m->nstacks = i + 1;
+            if (load_frames(m, v, &m->stacks[i], key, err)) return -1;
+            i++;
+        }
     }
     qsort(m->stacks, m->nstacks, sizeof *m->stacks, cmp_stack);
     return 0;
+}
+
+int mlz_meta_parse(mlz_meta *m, const char *json, size_t len, mlz_error *err)
+{
+    memset(m, 0, sizeof *m);
+    m->pid = -1;
+    m->json = malloc(len + 1);
+    if (!m->json) return mlz__error_set(err, MLZ_RULE_IO, 0, "out of memory");
+    memcpy(m->json, json, len);
+    m->json[len] = 0;
+    m->json_len = len;
+
+    /* The fast path for stack_traces, when the document is as our writers
+     * make it; else (or if jansson refuses the rest) the whole document
+     * through jansson, whose errors and positions are then reported. */
+    mlz_raw_stacks raw;
+    size_t b, e;
+    json_t *root = NULL;
+    if (!mlz_meta_find_stacks(json, len, &b, &e) && !mlz_meta_parse_stacks(json + b, e - b, &raw)) {
+        if (!(root = load_without(json, len, b, e))) mlz_raw_stacks_free(&raw);
+    }
+    int fast = root != NULL;
+    if (!root) {
+        json_error_t je;
+        if (!(root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &je)))
+            return mlz__error_set(err, MLZ_RULE_METADATA, MLZ_HEADER_SIZE + (uint64_t)(je.position > 0 ? je.position : 0),
+                        "metadata is not valid JSON: %s", je.text);
+    }
+    m->root = root;
+    int rc = load_tables(m, root, fast ? &raw : NULL, err);
+    if (fast) mlz_raw_stacks_free(&raw);
+    return rc;
 }
 
 void mlz_meta_free(mlz_meta *m)
