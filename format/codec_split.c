@@ -106,6 +106,8 @@ struct mlz_split_codec {
     uint8_t *out; size_t out_cap;
     live_ent *live; uint32_t gen;
     uint32_t *free_idx;        /* the allocation each FREE names, or LIVE_DEAD */
+    uint16_t *slot;            /* decoder: each ALLOC's row, reuse_slot_of(its size) */
+    size_t slot_cap;
     size_t free_idx_cap;
     uint32_t *alloc_back;      /* encoder: j when the j-th latest FREE freed this ALLOC's address, else 0 */
     size_t alloc_back_cap;
@@ -185,6 +187,7 @@ void mlz_split_free(mlz_split_codec *c)
     free(c->out);
     free(c->live);
     free(c->free_idx);
+    free(c->slot);
     free(c->alloc_back);
     free(c->live_list);
     free(c->live_pos);
@@ -750,7 +753,7 @@ static size_t other_tail(uint8_t t, const uint8_t *p, const uint8_t *end)
 /* Pass 1 of decoding: the sizes of the block's na ALLOCs from their codes
  * and literals (the recent-size table), and their v1 varint bytes. */
 static int decode_sizes(model *m, const uint8_t *sc, const uint64_t *lit, uint32_t nlit, uint32_t na,
-                        uint64_t *restrict size, size_t *bytes, char *why, size_t whylen)
+                        uint64_t *restrict size, uint16_t *restrict slot, size_t *bytes, char *why, size_t whylen)
 {
     size_t sb = 0;
     uint32_t si = 0;
@@ -771,6 +774,7 @@ static int decode_sizes(model *m, const uint8_t *sc, const uint64_t *lit, uint32
             sb += m->size_len[ss];
         }
         size[i] = v;
+        slot[i] = (uint16_t)reuse_slot_of(v);
     }
     if (si != nlit) BAD("%u size literals for %u size codes 0", nlit, si);
     *bytes = sb;
@@ -837,14 +841,14 @@ event_pass_run(mlz_split_codec *c, const event_pass *e, const int model2, const 
     const uint64_t *restrict addr_lit = e->addr_lit, *restrict flits = e->flits;
     const uint32_t *restrict fidx = c->free_idx;
     const uint64_t *restrict a_size = c->cols.a_size;
-    const uint16_t *restrict a_thread = c->cols.a_thread;
+    const uint16_t *restrict a_thread = c->cols.a_thread, *restrict slot = c->slot;
     uint64_t *restrict a_addr = c->cols.a_addr, *restrict f_addr = c->cols.f_addr;
     uint32_t ai = 0, fi = 0, li = 0, fli = 0;
     uint64_t last_addr = 0;   /* one_thread: the address base */
     for (uint32_t i = 0; i < e->n; i++) {
         uint8_t t = kind[i];
         if (t == MLZ_EV_ALLOC) {
-            uint64_t size = a_size[ai], addr;
+            uint64_t addr;
             uint8_t a = ac[ai];
             if (!a) {
                 /* Writers code the first match (docs/FORMAT.md); readers do
@@ -853,16 +857,17 @@ event_pass_run(mlz_split_codec *c, const event_pass *e, const int model2, const 
                 if (li == e->nal) BAD("more address codes 0 than address literals (%u)", e->nal);
                 addr = (one_thread ? last_addr : addr_base(m, a_thread[ai])) + unzz(addr_lit[li++]);
             } else if (model2 && a <= MLZ_SPLIT_REUSE_DEPTH) {
-                unsigned rs = reuse_slot_of(size);
+                unsigned rs = slot[ai];
                 unsigned r = c->nth_bit[m->row_state[rs] >> 8][a - 1];
-                if (r == 0xFF) BAD("address code %u names no freed block of size %llu", a, (unsigned long long)size);
+                if (r == 0xFF) BAD("address code %u names no freed block of size %llu", a, (unsigned long long)a_size[ai]);
                 addr = row_take(m, rs, r);
             } else if (model2) {
                 uint32_t j = a - MLZ_SPLIT_REUSE_DEPTH;
                 if (j > fi) BAD("address code %u names a FREE before the block's first", a);
                 addr = f_addr[fi - j];
             } else if (a <= MLZ_SPLIT_REUSE_DEPTH) {
-                unsigned rs = reuse_slot_of(size);
+                unsigned rs = slot[ai];
+                uint64_t size = a_size[ai];
                 if (m->reuse_size[rs] != size || a > m->reuse_count[rs])
                     BAD("address code %u names no freed block of size %llu", a, (unsigned long long)size);
                 addr = reuse_take(m, rs, a);
@@ -878,10 +883,9 @@ event_pass_run(mlz_split_codec *c, const event_pass *e, const int model2, const 
             uint32_t o = fidx[fi];
             uint64_t addr;
             if (o != LIVE_DEAD) {
-                uint64_t size = a_size[o];
                 addr = a_addr[o];
-                if (model2) row_push(m, reuse_slot_of(size), addr);
-                else reuse_push(m, size, addr);
+                if (model2) row_push(m, slot[o], addr);
+                else reuse_push(m, a_size[o], addr);
             } else {
                 if (fli == e->nfl) BAD("more free references 0 than free literals (%u)", e->nfl);
                 addr = m->prev_free_lit + unzz(flits[fli++]);
@@ -966,7 +970,8 @@ int mlz_split_decode(mlz_split_codec *c, const uint8_t *payload, size_t len,
     model *m = &c->m;
     model_reset(m);
     size_t size_bytes;
-    if (decode_sizes(m, sc, size_lit, nsl, na, k->a_size, &size_bytes, why, whylen)) return -1;
+    if (grow((void **)&c->slot, &c->slot_cap, (size_t)na + 1, sizeof *c->slot)) BAD("out of memory");
+    if (decode_sizes(m, sc, size_lit, nsl, na, k->a_size, c->slot, &size_bytes, why, whylen)) return -1;
     int one_thread = decode_threads(thr, na, k->a_thread);
     if (grow((void **)&c->live_list, &c->live_list_cap, (size_t)na + 1, sizeof *c->live_list) ||
         grow((void **)&c->free_idx, &c->free_idx_cap, (size_t)nf + 1, sizeof *c->free_idx))
