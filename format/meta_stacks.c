@@ -1,11 +1,11 @@
 /*
  * meta_stacks.c - the fast path for "stack_traces" (see meta_stacks.h).
  *
- * Two small scanners: one follows the document's top level far enough to
- * find the span of stack_traces (jansson then checks the rest of the
- * document, with that span replaced by {}); one parses the span itself,
- * strictly, into an array of frames. Either declines (-1) rather than
- * guess: the caller then parses the whole document the slow, general way.
+ * Two small scanners: one follows the document's top level (jansson then
+ * checks the rest of the document, with the stack_traces value replaced
+ * by {}); the other parses that value, strictly, into an array of frames.
+ * Either declines (-1) rather than guess: the caller then parses the
+ * whole document the slow, general way.
  */
 #include "meta_stacks.h"
 
@@ -54,36 +54,45 @@ static const char *skip_value(const char *p, const char *end, int depth)
         }
     }
     const char *q = p;   /* number, true, false, null */
-    while (q < end && (strchr("+-.0123456789", *q) || (*q >= 'a' && *q <= 'z') || *q == 'E')) q++;
+    while (q < end && ((*q >= '0' && *q <= '9') || (*q >= 'a' && *q <= 'z') || *q == '-' || *q == '+' ||
+                       *q == '.' || *q == 'E'))
+        q++;
     return q > p ? q : NULL;
 }
 
-int mlz_meta_find_stacks(const char *text, size_t len, size_t *b, size_t *e)
+static const char *stacks_at(const char *p, const char *end, mlz_raw_stacks *s);
+
+int mlz_meta_fast_stacks(const char *text, size_t len, size_t *b, size_t *e, mlz_raw_stacks *s)
 {
     static const char key[] = "\"stack_traces\"";
     const char *end = text + len, *p = ws(text, end);
+    memset(s, 0, sizeof *s);
     if (p >= end || *p != '{') return -1;
     p = ws(p + 1, end);
     int found = 0;
     while (p < end && *p == '"') {
         const char *k = p;
-        if (!(p = skip_string(p, end))) return -1;
+        if (!(p = skip_string(p, end))) goto decline;
         int is_stacks = (size_t)(p - k) == sizeof key - 1 && !memcmp(k, key, sizeof key - 1);
         p = ws(p, end);
-        if (p >= end || *p != ':') return -1;
+        if (p >= end || *p != ':') goto decline;
         p = ws(p + 1, end);
         const char *v = p;
-        if (!(p = skip_value(p, end, 1))) return -1;
         if (is_stacks) {
-            if (found++) return -1;   /* twice: jansson's to report */
+            if (found++ || !(p = stacks_at(p, end, s))) goto decline;   /* twice: jansson's to report */
             *b = (size_t)(v - text);
             *e = (size_t)(p - text);
+        } else if (!(p = skip_value(p, end, 1))) {
+            goto decline;
         }
         p = ws(p, end);
         if (p >= end || *p != ',') break;
         p = ws(p + 1, end);
     }
-    return found ? 0 : -1;
+    if (found) return 0;
+decline:
+    mlz_raw_stacks_free(s);
+    return -1;
 }
 
 /* A non-negative integer of at most 18 digits, no leading zero, not
@@ -127,7 +136,7 @@ static const char *frame_at(const char *p, const char *end, mlz_raw_frame *f)
     while (p < end && *p == '"') {
         unsigned bit = 0;
         for (unsigned k = 0; k < sizeof keys / sizeof keys[0]; k++)
-            if ((size_t)(end - p) >= keys[k].len && !memcmp(p, keys[k].name, keys[k].len)) {
+            if ((size_t)(end - p) >= keys[k].len && p[1] == keys[k].name[1] && !memcmp(p, keys[k].name, keys[k].len)) {
                 bit = keys[k].bit;
                 p += keys[k].len;
                 break;
@@ -163,59 +172,64 @@ static int cmp_id(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-int mlz_meta_parse_stacks(const char *p, size_t n, mlz_raw_stacks *s)
+/* The stacks object at p, into s (which the caller frees); past it, or
+ * NULL. */
+static const char *stacks_at(const char *p, const char *end, mlz_raw_stacks *s)
 {
-    const char *end = p + n;
     size_t cap_s = 0, cap_first = 0, cap_f = 0, nf = 0;
-    memset(s, 0, sizeof *s);
-    if (p >= end || *p != '{') return -1;
+    if (p >= end || *p != '{') return NULL;
     p = ws(p + 1, end);
     while (p < end && *p == '"') {
         uint64_t id = 0;   /* the key: decimal, no leading zero, no overflow */
         const char *d = ++p;
         while (p < end && *p >= '0' && *p <= '9') {
-            if (id > (UINT64_MAX - (uint64_t)(*p - '0')) / 10) goto decline;
+            if (id > (UINT64_MAX - (uint64_t)(*p - '0')) / 10) return NULL;
             id = id * 10 + (uint64_t)(*p++ - '0');
         }
-        if (p == d || (*d == '0' && p - d > 1) || p >= end || *p != '"') goto decline;
+        if (p == d || (*d == '0' && p - d > 1) || p >= end || *p != '"') return NULL;
         p = ws(p + 1, end);
-        if (p >= end || *p != ':') goto decline;
+        if (p >= end || *p != ':') return NULL;
         p = ws(p + 1, end);
-        if (p >= end || *p != '[') goto decline;
+        if (p >= end || *p != '[') return NULL;
         if (grow((void **)&s->id, &cap_s, s->n + 1, sizeof *s->id) ||
             grow((void **)&s->first, &cap_first, s->n + 2, sizeof *s->first))
-            goto decline;
+            return NULL;
         s->id[s->n] = id;
         s->first[s->n++] = nf;
         p = ws(p + 1, end);
         while (p < end && *p == '{') {
-            if (grow((void **)&s->frames, &cap_f, nf + 1, sizeof *s->frames)) goto decline;
-            if (!(p = frame_at(p, end, &s->frames[nf++]))) goto decline;
+            if (grow((void **)&s->frames, &cap_f, nf + 1, sizeof *s->frames)) return NULL;
+            if (!(p = frame_at(p, end, &s->frames[nf++]))) return NULL;
             p = ws(p, end);
             if (p >= end || *p != ',') break;
             p = ws(p + 1, end);
-            if (p >= end || *p != '{') goto decline;
+            if (p >= end || *p != '{') return NULL;
         }
-        if (p >= end || *p != ']') goto decline;
+        if (p >= end || *p != ']') return NULL;
         p = ws(p + 1, end);
         if (p >= end || *p != ',') break;
         p = ws(p + 1, end);
-        if (p >= end || *p != '"') goto decline;
+        if (p >= end || *p != '"') return NULL;
     }
-    if (p >= end || *p != '}' || ws(p + 1, end) != end) goto decline;
-    if (grow((void **)&s->first, &cap_first, s->n + 1, sizeof *s->first)) goto decline;
+    if (p >= end || *p != '}') return NULL;
+    if (grow((void **)&s->first, &cap_first, s->n + 1, sizeof *s->first)) return NULL;
     s->first[s->n] = nf;
     /* Two keys of one id: jansson rejects the duplicate, so decline. */
     uint64_t *ids = malloc((s->n ? s->n : 1) * sizeof *ids);
-    if (!ids) goto decline;
+    if (!ids) return NULL;
     if (s->n) memcpy(ids, s->id, s->n * sizeof *ids);
     qsort(ids, s->n, sizeof *ids, cmp_id);
     int dup = 0;
     for (size_t i = 1; i < s->n; i++) dup |= ids[i] == ids[i - 1];
     free(ids);
-    if (dup) goto decline;
-    return 0;
-decline:
+    return dup ? NULL : p + 1;
+}
+
+int mlz_meta_parse_stacks(const char *p, size_t n, mlz_raw_stacks *s)
+{
+    memset(s, 0, sizeof *s);
+    const char *q = stacks_at(p, p + n, s);
+    if (q && ws(q, p + n) == p + n) return 0;
     mlz_raw_stacks_free(s);
     return -1;
 }

@@ -25,10 +25,12 @@ typedef struct mlz_raw_stacks {
     mlz_raw_frame *frames;
 } mlz_raw_stacks;
 
-/* The span [*b, *e) of the value of the top-level key "stack_traces" of
- * the JSON document text[0..len). 0, or -1 if there is none or the
- * document's top level is not an object this scan can follow. */
-int mlz_meta_find_stacks(const char *text, size_t len, size_t *b, size_t *e);
+/* Finds the top-level key "stack_traces" of the JSON document
+ * text[0..len) and parses its value as mlz_meta_parse_stacks does: 0 with
+ * the value's span [*b, *e) and the stacks in s; -1 (s left empty) if
+ * there is no such key, or two, or the scan cannot follow the top level,
+ * or the value is not of the shape below. */
+int mlz_meta_fast_stacks(const char *text, size_t len, size_t *b, size_t *e, mlz_raw_stacks *s);
 
 /* Parses the stack_traces object p[0..n): decimal keys (no leading zero),
  * each an array of frame objects with non-negative integers file_id, line

@@ -317,7 +317,7 @@ int mlz_meta_parse(mlz_meta *m, const char *json, size_t len, mlz_error *err)
     mlz_raw_stacks raw;
     size_t b, e;
     json_t *root = NULL;
-    if (!mlz_meta_find_stacks(json, len, &b, &e) && !mlz_meta_parse_stacks(json + b, e - b, &raw)) {
+    if (!mlz_meta_fast_stacks(json, len, &b, &e, &raw)) {
         if (!(root = load_without(json, len, b, e))) mlz_raw_stacks_free(&raw);
     }
     int fast = root != NULL;

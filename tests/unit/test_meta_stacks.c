@@ -149,14 +149,18 @@ static void test_find_span(void)
     const char *d = "{\"a\":{\"stack_traces\":[1,{\"x\":\"}\\\"\"}]},\"b\":\"stack_traces\","
                     "\"stack_traces\" : {\"1\":[]} , \"c\":[true,false,null,-1.5e3]}";
     size_t b = 0, e = 0;
-    REQUIRE(!mlz_meta_find_stacks(d, strlen(d), &b, &e));
-    CHECK(e - b == 8 && !memcmp(d + b, "{\"1\":[]}", 8));
+    mlz_raw_stacks s;
+    REQUIRE(!mlz_meta_fast_stacks(d, strlen(d), &b, &e, &s));
+    CHECK(e - b == 8 && !memcmp(d + b, "{\"1\":[]}", 8) && s.n == 1 && s.id[0] == 1);
+    mlz_raw_stacks_free(&s);
     const char *twice = "{\"stack_traces\":{},\"stack_traces\":{}}";
-    CHECK(mlz_meta_find_stacks(twice, strlen(twice), &b, &e) == -1);
+    CHECK(mlz_meta_fast_stacks(twice, strlen(twice), &b, &e, &s) == -1 && !s.id);
     const char *none = "{\"files\":{}}";
-    CHECK(mlz_meta_find_stacks(none, strlen(none), &b, &e) == -1);
+    CHECK(mlz_meta_fast_stacks(none, strlen(none), &b, &e, &s) == -1);
     const char *cut = "{\"a\":\"unterminated";
-    CHECK(mlz_meta_find_stacks(cut, strlen(cut), &b, &e) == -1);
+    CHECK(mlz_meta_fast_stacks(cut, strlen(cut), &b, &e, &s) == -1);
+    const char *bad = "{\"stack_traces\":{\"1\":[{}]}}";   /* a frame without its ids */
+    CHECK(mlz_meta_fast_stacks(bad, strlen(bad), &b, &e, &s) == -1 && !s.frames);
     /* The rest of the document is jansson's to judge: broken after the
      * span, it is still refused, with jansson's message. */
     const char *broken = "{\"stack_traces\":{},\"files\":{},\"functions\":{},}";
