@@ -24,8 +24,11 @@ static const char *ws(const char *p, const char *end)
 static const char *skip_string(const char *p, const char *end)
 {
     for (p++; p < end; p++) {
-        if (*p == '\\') p++;
-        else if (*p == '"') return p + 1;
+        if (*p == '\\') {
+            if (++p == end) return NULL;
+        } else if (*p == '"') {
+            return p + 1;
+        }
     }
     return NULL;
 }

@@ -290,8 +290,8 @@ static size_t col_resize(const uint8_t *s, uint32_t n, uint32_t m, uint8_t *out)
  * from its length and must reject one value too many or too few, in each
  * of the three literal columns (the block has codes other than 0 too, so
  * a column one value too long still fits the number of codes). A column
- * of width 0 (all zeros) has no
- * count of its own: it stands for as many zeros as there are 0 codes. */
+ * of width 0 (all zeros) has no count of its own: it stands for as many
+ * zeros as there are 0 codes. */
 static void test_literal_counts_checked(void)
 {
     mlz_split_codec *c = mlz_split_new(3);
