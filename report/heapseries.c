@@ -52,6 +52,89 @@ static int fail(mlz_error *err, const char *msg)
     return -1;
 }
 
+/* The series being built: the live objects and the running estimate. */
+typedef struct hs_state {
+    heapseries *h;
+    const mlz_meta *m;
+    addrmap live;
+    ratetab rates;
+    double v, var;
+} hs_state;
+
+/* One event at time t (its fields as the reader gives them); -1 when out
+ * of memory. */
+static int apply(hs_state *s, int type, uint64_t t, uint64_t addr, uint64_t size, uint16_t thread,
+                 uint64_t name_id)
+{
+    heapseries *h = s->h;
+    h->events++;
+    h->end_us = t;
+    if (type == MLZ_EV_ALLOC) {
+        addr_obj o = { addr, size, t, 0, thread, (uint8_t)s->rates.cur }, old;
+        int had = addrmap_put(&s->live, &o, &old);
+        if (had < 0) return -1;
+        if (had) {   /* allocated again without a FREE we saw: the old one is gone */
+            s->v -= mlz_weight_bytes(old.size, s->rates.v[old.rate_idx]);
+            s->var -= mlz_var_bytes(old.size, s->rates.v[old.rate_idx]);
+        }
+        s->v += mlz_weight_bytes(size, s->rates.v[s->rates.cur]);
+        s->var += mlz_var_bytes(size, s->rates.v[s->rates.cur]);
+        h->allocs++;
+    } else if (type == MLZ_EV_FREE) {
+        addr_obj o;
+        if (!addrmap_take(&s->live, addr, &o)) { h->unmatched_frees++; return 0; }
+        s->v -= mlz_weight_bytes(o.size, s->rates.v[o.rate_idx]);
+        s->var -= mlz_var_bytes(o.size, s->rates.v[o.rate_idx]);
+        h->frees++;
+    } else {
+        if (type != MLZ_EV_MARKER) return 0;
+        ratetab_marker(&s->rates, s->m, name_id);
+        if (h->nmarkers == h->capmarkers) {
+            size_t cap = h->capmarkers ? h->capmarkers * 2 : 16;
+            hs_marker *nm = realloc(h->markers, cap * sizeof *nm);
+            if (!nm) return -1;
+            h->markers = nm;
+            h->capmarkers = cap;
+        }
+        const char *name = mlz_meta_function(s->m, name_id);
+        h->markers[h->nmarkers++] = (hs_marker){ t, name ? name : "marker" };
+        return 0;
+    }
+    /* Exact zero when nothing is live: no floating-point residue. */
+    if (s->live.count == 0) s->v = s->var = 0;
+    if (s->var < 0) s->var = 0;
+    record(h, t, s->v, s->var);
+    return 0;
+}
+
+/* Split-stream files a block of columns at a time (no event built), the
+ * others event by event: 0 at the end, -1 on error. */
+static int replay(hs_state *s, mlz_reader *r, mlz_error *err)
+{
+    int rc;
+    if (!(mlz_reader_header(r)->flags & MLZ_FLAG_SPLIT)) {
+        mlz_event ev;
+        while ((rc = mlz_reader_next(r, &ev, err)) == 1)
+            if (apply(s, ev.type, ev.time_us, ev.addr, ev.size, ev.thread, ev.name_id))
+                return fail(err, "out of memory");
+        return rc;
+    }
+    mlz_block_view b;
+    while ((rc = mlz_reader_next_block(r, &b, err)) == 1) {
+        uint64_t t = b.base_us;
+        uint32_t a = 0, f = 0, o = 0;
+        for (uint32_t i = 0; i < b.n; i++) {
+            t += b.delta[i];
+            int k = b.kind[i], bad;
+            if (k == MLZ_EV_ALLOC) bad = apply(s, k, t, b.a_addr[a], b.a_size[a], b.a_thread[a], 0), a++;
+            else if (k == MLZ_EV_FREE) bad = apply(s, k, t, b.f_addr[f++], 0, 0, 0);
+            else bad = apply(s, k, t, 0, 0, 0, b.o_name[o++]);
+            if (bad) return fail(err, "out of memory");
+        }
+    }
+    return rc;
+}
+
 int hs_build(heapseries *h, mlz_reader *r, mlz_error *err)
 {
     const mlz_meta *m = mlz_reader_meta(r);
@@ -61,57 +144,13 @@ int hs_build(heapseries *h, mlz_reader *r, mlz_error *err)
     h->rate = m->rate ? m->rate : 1;
     h->start_us = h->end_us = mlz_reader_header(r)->start_us;
     h->width_us = 1;
-    addrmap live;
-    if (addrmap_init(&live)) return fail(err, "out of memory");
-    ratetab rates;
-    ratetab_init(&rates, h->rate);
-
-    double v = 0, var = 0;
-    mlz_event ev;
-    int rc;
-    while ((rc = mlz_reader_next(r, &ev, err)) == 1) {
-        h->events++;
-        h->end_us = ev.time_us;
-        if (ev.type == MLZ_EV_ALLOC) {
-            addr_obj o = { ev.addr, ev.size, ev.time_us, 0, ev.thread, (uint8_t)rates.cur }, old;
-            int had = addrmap_put(&live, &o, &old);
-            if (had < 0) { rc = fail(err, "out of memory"); break; }
-            if (had) {   /* allocated again without a FREE we saw: the old one is gone */
-                v -= mlz_weight_bytes(old.size, rates.v[old.rate_idx]);
-                var -= mlz_var_bytes(old.size, rates.v[old.rate_idx]);
-            }
-            v += mlz_weight_bytes(ev.size, rates.v[rates.cur]);
-            var += mlz_var_bytes(ev.size, rates.v[rates.cur]);
-            h->allocs++;
-        } else if (ev.type == MLZ_EV_FREE) {
-            addr_obj o;
-            if (!addrmap_take(&live, ev.addr, &o)) { h->unmatched_frees++; continue; }
-            v -= mlz_weight_bytes(o.size, rates.v[o.rate_idx]);
-            var -= mlz_var_bytes(o.size, rates.v[o.rate_idx]);
-            h->frees++;
-        } else if (ev.type == MLZ_EV_MARKER) {
-            ratetab_marker(&rates, m, ev.name_id);
-            if (h->nmarkers == h->capmarkers) {
-                size_t cap = h->capmarkers ? h->capmarkers * 2 : 16;
-                hs_marker *nm = realloc(h->markers, cap * sizeof *nm);
-                if (!nm) { rc = fail(err, "out of memory"); break; }
-                h->markers = nm;
-                h->capmarkers = cap;
-            }
-            const char *name = mlz_meta_function(m, ev.name_id);
-            h->markers[h->nmarkers++] = (hs_marker){ ev.time_us, name ? name : "marker" };
-            continue;
-        } else {
-            continue;
-        }
-        /* Exact zero when nothing is live: no floating-point residue. */
-        if (live.count == 0) v = var = 0;
-        if (var < 0) var = 0;
-        record(h, ev.time_us, v, var);
-    }
-    addrmap_free(&live);
-    h->end_value = v;
-    h->end_var = var;
+    hs_state s = { .h = h, .m = m };
+    if (addrmap_init(&s.live)) return fail(err, "out of memory");
+    ratetab_init(&s.rates, h->rate);
+    int rc = replay(&s, r, err);
+    addrmap_free(&s.live);
+    h->end_value = s.v;
+    h->end_var = s.var;
     if (rc < 0) {
         hs_free(h);
         return -1;

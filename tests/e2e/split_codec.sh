@@ -64,6 +64,10 @@ check "convert --help" "$MEMLYZE" convert --help
 "$MEMLYZE" top --json --at 0.05 "$T/d.mlyze" 2>&1 | grep -v '"file"' > "$T/at.split"
 "$MEMLYZE" top --json --at 0.05 "$T/d.v1" 2>&1 | grep -v '"file"' > "$T/at.v1"
 check "top --at: split and v1 agree" cmp "$T/at.split" "$T/at.v1"
+# timeline reads split files a block at a time, v1 event by event: the same chart.
+"$MEMLYZE" timeline "$T/d.mlyze" -o "$T/tl.split.svg" --title t >/dev/null
+"$MEMLYZE" timeline "$T/d.v1" -o "$T/tl.v1.svg" --title t >/dev/null
+check "timeline: split (by blocks) and v1 agree" cmp "$T/tl.split.svg" "$T/tl.v1.svg"
 
 # Damage: a truncated file and a flipped byte in a block.
 size=$(stat -c %s "$T/d.mlyze")
