@@ -8,6 +8,7 @@
  * whole document the slow, general way.
  */
 #include "meta_stacks.h"
+#include "grow.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -111,18 +112,6 @@ static const char *uint_at(const char *p, const char *end, uint64_t *v)
     return q;
 }
 
-static int grow(void **p, size_t *cap, size_t need, size_t elem)
-{
-    if (need <= *cap) return 0;
-    size_t n = *cap ? 2 * *cap : 64;
-    while (n < need) n *= 2;
-    void *q = realloc(*p, n * elem);
-    if (!q) return -1;
-    *p = q;
-    *cap = n;
-    return 0;
-}
-
 enum { K_FILE = 1, K_LINE = 2, K_FUNC = 4, K_MODULE = 8, K_ADDR = 16, K_INLINE = 32 };
 
 /* One frame object at p; past it, or NULL. */
@@ -194,14 +183,14 @@ static const char *stacks_at(const char *p, const char *end, mlz_raw_stacks *s)
         if (p >= end || *p != ':') return NULL;
         p = ws(p + 1, end);
         if (p >= end || *p != '[') return NULL;
-        if (grow((void **)&s->id, &cap_s, s->n + 1, sizeof *s->id) ||
-            grow((void **)&s->first, &cap_first, s->n + 2, sizeof *s->first))
+        if (mlz_grow((void **)&s->id, &cap_s, s->n + 1, sizeof *s->id) ||
+            mlz_grow((void **)&s->first, &cap_first, s->n + 2, sizeof *s->first))
             return NULL;
         s->id[s->n] = id;
         s->first[s->n++] = nf;
         p = ws(p + 1, end);
         while (p < end && *p == '{') {
-            if (grow((void **)&s->frames, &cap_f, nf + 1, sizeof *s->frames)) return NULL;
+            if (mlz_grow((void **)&s->frames, &cap_f, nf + 1, sizeof *s->frames)) return NULL;
             if (!(p = frame_at(p, end, &s->frames[nf++]))) return NULL;
             p = ws(p, end);
             if (p >= end || *p != ',') break;
@@ -215,7 +204,7 @@ static const char *stacks_at(const char *p, const char *end, mlz_raw_stacks *s)
         if (p >= end || *p != '"') return NULL;
     }
     if (p >= end || *p != '}') return NULL;
-    if (grow((void **)&s->first, &cap_first, s->n + 1, sizeof *s->first)) return NULL;
+    if (mlz_grow((void **)&s->first, &cap_first, s->n + 1, sizeof *s->first)) return NULL;
     s->first[s->n] = nf;
     /* Two keys of one id: jansson rejects the duplicate, so decline. */
     uint64_t *ids = malloc((s->n ? s->n : 1) * sizeof *ids);
