@@ -25,7 +25,7 @@
  * zstd, whose entropy coder sees one kind of symbol at a time.
  */
 #include "codec_split.h"
-#include "grow.h"
+#include "growbuf.h"
 #include "mlz_format.h"
 #include "varint.h"
 
@@ -381,7 +381,7 @@ static int parse_v1(mlz_split_cols *c, const uint8_t *p, size_t len)
             p += v;
         }
         size_t tl = (size_t)(p - tail);
-        if (mlz_grow((void **)&c->other, &c->other_cap, c->other_len + tl, 1)) return -1;
+        if (grow_to((void **)&c->other, &c->other_cap, c->other_len + tl, 1)) return -1;
         memcpy(c->other + c->other_len, tail, tl);
         c->other_len += tl;
     }
@@ -390,7 +390,7 @@ static int parse_v1(mlz_split_cols *c, const uint8_t *p, size_t len)
 
 /* ------------------------------------------------------------- encoding */
 
-static int s_need(stream *s, size_t n) { return mlz_grow((void **)&s->p, &s->cap, s->len + n, 1); }
+static int s_need(stream *s, size_t n) { return grow_to((void **)&s->p, &s->cap, s->len + n, 1); }
 
 /* A column of numbers as byte planes: width byte, then width planes. */
 static int put_num_col(stream *s, const uint64_t *v, uint32_t n, size_t stride)
@@ -411,7 +411,7 @@ static int put_num_col(stream *s, const uint64_t *v, uint32_t n, size_t stride)
 
 static int lit_add(lits *l, uint64_t x)
 {
-    if (mlz_grow((void **)&l->v, &l->cap, l->n + 1, sizeof *l->v)) return -1;
+    if (grow_to((void **)&l->v, &l->cap, l->n + 1, sizeof *l->v)) return -1;
     l->v[l->n++] = x;
     return 0;
 }
@@ -435,8 +435,8 @@ static int link_frees(mlz_split_codec *c)
 {
     mlz_split_cols *k = &c->cols;
     if (!c->live && !(c->live = calloc(LIVE_SLOTS, sizeof *c->live))) return -1;
-    if (mlz_grow((void **)&c->free_idx, &c->free_idx_cap, k->nfree + 1, sizeof *c->free_idx) ||
-        mlz_grow((void **)&c->alloc_back, &c->alloc_back_cap, k->nalloc + 1, sizeof *c->alloc_back))
+    if (grow_to((void **)&c->free_idx, &c->free_idx_cap, k->nfree + 1, sizeof *c->free_idx) ||
+        grow_to((void **)&c->alloc_back, &c->alloc_back_cap, k->nalloc + 1, sizeof *c->alloc_back))
         return -1;
     if (++c->gen == 0) { memset(c->live, 0, LIVE_SLOTS * sizeof *c->live); c->gen = 1; }
     uint32_t ai = 0, fi = 0;
@@ -477,8 +477,8 @@ long mlz_split_encode(mlz_split_codec *c, const uint8_t *v1, size_t len, const u
     if (s_need(&S[MLZ_S_SIZE_CODE], k->nalloc) || s_need(&S[MLZ_S_ADDR_CODE], k->nalloc)) return -1;
     model *m = &c->m;
     model_reset(m);
-    if (mlz_grow((void **)&c->live_list, &c->live_list_cap, k->nalloc + 1, sizeof *c->live_list) ||
-        mlz_grow((void **)&c->live_pos, &c->live_pos_cap, k->nalloc + 1, sizeof *c->live_pos))
+    if (grow_to((void **)&c->live_list, &c->live_list_cap, k->nalloc + 1, sizeof *c->live_list) ||
+        grow_to((void **)&c->live_pos, &c->live_pos_cap, k->nalloc + 1, sizeof *c->live_pos))
         return -1;
     uint32_t ai = 0, fi = 0, nlive = 0;
     for (uint32_t i = 0; i < k->n; i++) {
@@ -532,7 +532,7 @@ long mlz_split_encode(mlz_split_codec *c, const uint8_t *v1, size_t len, const u
 
     size_t bound = MLZ_SPLIT_HEADER + DIR_BYTES;
     for (int i = 0; i < MLZ_SPLIT_NSTREAMS; i++) bound += ZSTD_compressBound(S[i].len);
-    if (mlz_grow((void **)&c->out, &c->out_cap, bound, 1)) return -1;
+    if (grow_to((void **)&c->out, &c->out_cap, bound, 1)) return -1;
     uint8_t *dir = c->out + MLZ_SPLIT_HEADER, *o = dir + DIR_BYTES;
     for (int i = 0; i < MLZ_SPLIT_NSTREAMS; i++) {
         size_t packed = 0;
@@ -706,7 +706,7 @@ static int unpack(mlz_split_codec *c, const uint8_t *payload, size_t len, uint32
             BAD("stream %d has impossible sizes (%u packed, %u raw)", i, packed, raw);
         if ((size_t)(end - src) < packed) BAD("stream %d runs past the end of its block", i);
         stream *s = &c->s[i];
-        if (mlz_grow((void **)&s->p, &s->cap, raw ? raw : 1, 1)) BAD("out of memory");
+        if (grow_to((void **)&s->p, &s->cap, raw ? raw : 1, 1)) BAD("out of memory");
         if (packed == raw) {
             if (raw) memcpy(s->p, src, raw);
         } else {
@@ -941,7 +941,7 @@ int mlz_split_decode(mlz_split_codec *c, const uint8_t *payload, size_t len,
     const uint8_t *sc = S[MLZ_S_SIZE_CODE].p, *ac = S[MLZ_S_ADDR_CODE].p;
     lits *L = c->scratch;
     for (int i = 0; i < 5; i++)
-        if (mlz_grow((void **)&L[i].v, &L[i].cap, n + 1, sizeof *L[i].v)) BAD("out of memory");
+        if (grow_to((void **)&L[i].v, &L[i].cap, n + 1, sizeof *L[i].v)) BAD("out of memory");
     uint64_t *size_lit = L[0].v, *addr_lit = L[1].v, *thr = L[2].v, *refs = L[3].v, *flits = L[4].v;
     if (get_num_col(&S[MLZ_S_THREAD], na, thr, 2, NULL)) BAD("malformed thread stream");
     if (get_num_col(&S[MLZ_S_FREE_REF], nf, refs, 8, NULL)) BAD("malformed free reference stream");
@@ -959,11 +959,11 @@ int mlz_split_decode(mlz_split_codec *c, const uint8_t *payload, size_t len,
     model *m = &c->m;
     model_reset(m);
     size_t size_bytes;
-    if (mlz_grow((void **)&c->slot, &c->slot_cap, (size_t)na + 1, sizeof *c->slot)) BAD("out of memory");
+    if (grow_to((void **)&c->slot, &c->slot_cap, (size_t)na + 1, sizeof *c->slot)) BAD("out of memory");
     if (decode_sizes(m, sc, size_lit, nsl, na, k->a_size, c->slot, &size_bytes, why, whylen)) return -1;
     int one_thread = decode_threads(thr, na, k->a_thread);
-    if (mlz_grow((void **)&c->live_list, &c->live_list_cap, (size_t)na + 1, sizeof *c->live_list) ||
-        mlz_grow((void **)&c->free_idx, &c->free_idx_cap, (size_t)nf + 1, sizeof *c->free_idx))
+    if (grow_to((void **)&c->live_list, &c->live_list_cap, (size_t)na + 1, sizeof *c->live_list) ||
+        grow_to((void **)&c->free_idx, &c->free_idx_cap, (size_t)nf + 1, sizeof *c->free_idx))
         BAD("out of memory");
     if (live_pass(c, kind, n, refs, why, whylen)) return -1;
     event_pass e = {
@@ -984,7 +984,7 @@ int mlz_split_decode(mlz_split_codec *c, const uint8_t *payload, size_t len,
         + delta_bytes + size_bytes + stack_bytes;
     if (op != S[MLZ_S_OTHER].len) BAD("%zu unused bytes in the other-events stream", S[MLZ_S_OTHER].len - op);
     if (raw > MLZ_SPLIT_MAX_RAW) BAD("block decodes to %zu bytes, over the %u limit", raw, MLZ_SPLIT_MAX_RAW);
-    if (mlz_grow((void **)&k->other, &k->other_cap, op ? op : 1, 1)) BAD("out of memory");
+    if (grow_to((void **)&k->other, &k->other_cap, op ? op : 1, 1)) BAD("out of memory");
     if (op) memcpy(k->other, oth, op);
     k->other_len = op;
     k->raw_len = raw;

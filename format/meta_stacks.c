@@ -8,7 +8,7 @@
  * whole document the slow, general way.
  */
 #include "meta_stacks.h"
-#include "grow.h"
+#include "growbuf.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -183,14 +183,14 @@ static const char *stacks_at(const char *p, const char *end, mlz_raw_stacks *s)
         if (p >= end || *p != ':') return NULL;
         p = ws(p + 1, end);
         if (p >= end || *p != '[') return NULL;
-        if (mlz_grow((void **)&s->id, &cap_s, s->n + 1, sizeof *s->id) ||
-            mlz_grow((void **)&s->first, &cap_first, s->n + 2, sizeof *s->first))
+        if (grow_to((void **)&s->id, &cap_s, s->n + 1, sizeof *s->id) ||
+            grow_to((void **)&s->first, &cap_first, s->n + 2, sizeof *s->first))
             return NULL;
         s->id[s->n] = id;
         s->first[s->n++] = nf;
         p = ws(p + 1, end);
         while (p < end && *p == '{') {
-            if (mlz_grow((void **)&s->frames, &cap_f, nf + 1, sizeof *s->frames)) return NULL;
+            if (grow_to((void **)&s->frames, &cap_f, nf + 1, sizeof *s->frames)) return NULL;
             if (!(p = frame_at(p, end, &s->frames[nf++]))) return NULL;
             p = ws(p, end);
             if (p >= end || *p != ',') break;
@@ -204,7 +204,7 @@ static const char *stacks_at(const char *p, const char *end, mlz_raw_stacks *s)
         if (p >= end || *p != '"') return NULL;
     }
     if (p >= end || *p != '}') return NULL;
-    if (mlz_grow((void **)&s->first, &cap_first, s->n + 1, sizeof *s->first)) return NULL;
+    if (grow_to((void **)&s->first, &cap_first, s->n + 1, sizeof *s->first)) return NULL;
     s->first[s->n] = nf;
     /* Two keys of one id: jansson rejects the duplicate, so decline. */
     uint64_t *ids = malloc((s->n ? s->n : 1) * sizeof *ids);

@@ -1,6 +1,6 @@
 /*
- * growbuf.h - growing an array by doubling, for the readers of other
- * tools' files and the replay plan.
+ * growbuf.h - growing an array by doubling: the split codec, the metadata's
+ * fast path, the readers of other tools' files and the replay plan.
  */
 #ifndef MLZ_GROWBUF_H
 #define MLZ_GROWBUF_H
