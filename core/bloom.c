@@ -15,6 +15,7 @@ int mlz_bloom_init(mlz_bloom *b, unsigned log2_cells)
     if (!c) return -1;
     b->mask = ((uint64_t)1 << log2_cells) - 1;
     b->log2_cells = log2_cells;
+    b->shift = 64 - log2_cells;
     atomic_init(&b->nonzero, 0);
     atomic_init(&b->stuck, 0);
     atomic_store_explicit(&b->cells, c, memory_order_release);
@@ -32,7 +33,7 @@ void mlz_bloom_add(mlz_bloom *b, uint64_t ptr)
     uint8_t *c = atomic_load_explicit(&b->cells, memory_order_acquire);
     uint64_t h = mlz__bloom_mix(ptr);
     for (unsigned i = 0; i < MLZ_BLOOM_K; i++) {
-        uint8_t *cell = &c[mlz__bloom_cell(h, i, b->mask)];
+        uint8_t *cell = &c[mlz__bloom_cell(h, i, b->shift)];
         uint8_t v = __atomic_load_n(cell, __ATOMIC_RELAXED);
         /* relaxed is enough: the map's publish (release) orders these
          * increments before any free that could take them out again. */
@@ -49,7 +50,7 @@ void mlz_bloom_remove(mlz_bloom *b, uint64_t ptr)
     uint8_t *c = atomic_load_explicit(&b->cells, memory_order_acquire);
     uint64_t h = mlz__bloom_mix(ptr);
     for (unsigned i = 0; i < MLZ_BLOOM_K; i++) {
-        uint8_t *cell = &c[mlz__bloom_cell(h, i, b->mask)];
+        uint8_t *cell = &c[mlz__bloom_cell(h, i, b->shift)];
         uint8_t v = __atomic_load_n(cell, __ATOMIC_RELAXED);
         while (v != 0 && v != MLZ_BLOOM_STUCK &&
                !__atomic_compare_exchange_n(cell, &v, (uint8_t)(v - 1), 1, __ATOMIC_RELAXED,

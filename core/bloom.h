@@ -2,8 +2,9 @@
  * bloom.h - counting Bloom filter over the live sampled pointers, in front
  * of the heap map.
  *
- * Every free() asks mlz_bloom_maybe() first: a hash and four byte loads.
- * Only a "maybe" goes on to the map. A wrong "no" would leave a freed block
+ * Every free() asks the filter first: a hash and one byte load
+ * (mlz_bloom_first), then three more bytes of the same cache line when that
+ * one is set (mlz_bloom_rest). Only a "maybe" goes on to the map. A wrong "no" would leave a freed block
  * in the map forever (a phantom leak), so the filter never answers "no" for
  * a live sampled pointer.
  *
@@ -31,8 +32,9 @@
 
 typedef struct mlz_bloom {
     _Atomic(uint8_t *) cells;    /* mmap'd counters; swappable (see the payload's detach) */
-    uint64_t mask;               /* cells - 1 */
+    unsigned shift;              /* 64 - log2_cells: the hash's top bits are the first cell */
     unsigned log2_cells;
+    uint64_t mask;               /* cells - 1 */
     /* Written by adds and removes: off the line every free reads. */
     _Alignas(MLZ_CACHELINE) _Atomic uint64_t nonzero;    /* cells above zero */
     _Atomic uint64_t stuck;      /* cells saturated at 255 */
@@ -47,31 +49,55 @@ static inline uint64_t mlz__bloom_mix(uint64_t x)
     return x * 0x9E3779B97F4A7C15ull;
 }
 
-/* Blocked layout: the low bits of the hash pick one 64-byte block (one
- * cache line), 6-bit fields of the high bits pick the k cells inside it.
- * A query then touches a single cache line; with the filter out of cache
- * on every free, that is what keeps the free path cheap (measured: four
- * scattered loads made an 8-thread churn 1.8x slower). */
-static inline uint64_t mlz__bloom_cell(uint64_t h, unsigned i, uint64_t mask)
+/* Blocked layout: the hash's top log2_cells bits are the first cell, and
+ * so pick one 64-byte block (one cache line); 6-bit fields of bits 14-31
+ * pick the other k-1 cells inside that block. A query then touches a
+ * single cache line; with the filter out of cache on every free, that is
+ * what keeps the free path cheap (measured: four scattered loads made an
+ * 8-thread churn 1.8x slower). The multiplication's bits below 14 are left
+ * out: they depend only on the pointer's lowest, mostly aligned, bits. */
+static inline uint64_t mlz__bloom_first(uint64_t h, unsigned shift)
 {
-    return (((h >> 32) << 6) & mask) | ((h >> (8 + 6 * i)) & 63);
+    return h >> shift;
+}
+
+static inline uint64_t mlz__bloom_cell(uint64_t h, unsigned i, unsigned shift)
+{
+    if (i == 0) return mlz__bloom_first(h, shift);
+    return (mlz__bloom_first(h, shift) & ~(uint64_t)63) | ((h >> (8 + 6 * i)) & 63);
 }
 
 /*
- * 0 = ptr is not a live sample; 1 = maybe. The cells pointer is loaded with
- * acquire (a filter is filled before it is installed). The cell loads are
- * relaxed: the add of a live pointer happened before this free (malloc
- * returned after adding, and the program passed the pointer on to whoever
- * frees it), so coherence lets these loads see it; a pointer's own counts
- * are only taken out after its map entry is gone.
+ * The test is split in two so that the free hook inlines only the first
+ * half: one multiplication, one shift and one byte load. Most frees stop
+ * there (the first cell is zero); the others go on to mlz_bloom_rest on
+ * their cold path. The cells pointer is loaded with acquire (a filter is
+ * filled before it is installed). The cell loads are relaxed: the add of a
+ * live pointer happened before this free (malloc returned after adding,
+ * and the program passed the pointer on to whoever frees it), so coherence
+ * lets these loads see it; a pointer's own counts are only taken out after
+ * its map entry is gone.
  */
-static inline int mlz_bloom_maybe(const mlz_bloom *b, uint64_t ptr)
+static inline int mlz_bloom_first(const mlz_bloom *b, uint64_t ptr)
+{
+    const uint8_t *c = atomic_load_explicit(&b->cells, memory_order_acquire);
+    return __atomic_load_n(&c[mlz__bloom_first(mlz__bloom_mix(ptr), b->shift)], __ATOMIC_RELAXED) != 0;
+}
+
+/* The other k-1 cells, after mlz_bloom_first said 1. */
+static inline int mlz_bloom_rest(const mlz_bloom *b, uint64_t ptr)
 {
     const uint8_t *c = atomic_load_explicit(&b->cells, memory_order_acquire);
     uint64_t h = mlz__bloom_mix(ptr);
-    for (unsigned i = 0; i < MLZ_BLOOM_K; i++)
-        if (!__atomic_load_n(&c[mlz__bloom_cell(h, i, b->mask)], __ATOMIC_RELAXED)) return 0;
+    for (unsigned i = 1; i < MLZ_BLOOM_K; i++)
+        if (!__atomic_load_n(&c[mlz__bloom_cell(h, i, b->shift)], __ATOMIC_RELAXED)) return 0;
     return 1;
+}
+
+/* 0 = ptr is not a live sample; 1 = maybe. */
+static inline int mlz_bloom_maybe(const mlz_bloom *b, uint64_t ptr)
+{
+    return mlz_bloom_first(b, ptr) && mlz_bloom_rest(b, ptr);
 }
 
 /* log2_cells 0 = default; valid range [9, 32]. 0 on success, -1 on failure. */

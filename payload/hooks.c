@@ -251,17 +251,12 @@ MLZ_COLD MLZ_NOINLINE void mlz__free_slow(void *p)
 
 /* ------------------------------------------------------------------ hooks */
 
-/* An allocation hook has two ways out, both tail calls: the real
- * allocator, or sample1/sample2, which call it and take the sample. So the
- * hook needs no stack frame: no register saved and restored on every
- * allocation (that prologue and epilogue were 14 of the 22 instructions
- * malloc's hook ran when it did both in one function).
- *
- * The sample timestamp is taken right after the real call: before the
- * reservation (the ordering rules above), and after the block could be
- * handed out. Taken before the call, it could precede the FREE of the
- * block's previous owner at the same address (another thread freed it
- * while we waited in malloc), and the trace would end the new block. */
+/* The hooks' cold ways out (their hot halves: payload.h). The sample
+ * timestamp is taken right after the real call: before the reservation
+ * (the ordering rules above), and after the block could be handed out.
+ * Taken before the call, it could precede the FREE of the block's previous
+ * owner at the same address (another thread freed it while we waited in
+ * malloc), and the trace would end the new block. */
 static MLZ_COLD MLZ_NOINLINE void *sample1(void *(*real)(size_t), size_t a, size_t n)
 {
     void *p = real(a);
@@ -276,63 +271,56 @@ static MLZ_COLD MLZ_NOINLINE void *sample2(void *(*real)(size_t, size_t), size_t
     return p;
 }
 
-#define SAMPLES(n) mlz_unlikely(mlz_sampler_should_sample(&mlz__tls.s, (n)))
-
-MLZ_HOT_ALIGN void *mlz_hook_malloc(size_t n)
+MLZ_COLD MLZ_NOINLINE void *mlz__sample_malloc(size_t n)
 {
-    if (SAMPLES(n)) return sample1(mlz__g.real.malloc, n, n);
-    return mlz__g.real.malloc(n);
+    void *p = mlz__g.real.malloc(n);
+    mlz__sample_slow(p, n, mlz__now_ns());
+    return p;
 }
 
-/* Both ways out are tail calls, so the hook needs no stack frame of its
- * own (nothing unwinds through it: only allocations record stacks). A block
- * of the preload library's boot arena (preload.c; the filter holds them all)
- * is never the real free's. */
-static MLZ_COLD MLZ_NOINLINE void free_slow_then_free(void *p)
+/* A block of the preload library's boot arena (preload.c; the filter
+ * holds them all) is never the real free's. */
+MLZ_COLD MLZ_NOINLINE void mlz__free_then_real(void *p)
 {
-    mlz__free_slow(p);
-    if (&mlz__boot_block && mlz__boot_block(p)) return;
-    mlz__g.real.free(p);
-}
-
-MLZ_HOT_ALIGN void mlz_hook_free(void *p)
-{
-    if (p && mlz_unlikely(mlz_bloom_maybe(&mlz__g.bloom, (uint64_t)p))) {
-        free_slow_then_free(p);
-        return;
+    if (p && mlz_bloom_rest(&mlz__g.bloom, (uint64_t)p)) {
+        mlz__free_slow(p);
+        if (&mlz__boot_block && mlz__boot_block(p)) return;
     }
     mlz__g.real.free(p);
 }
+
+MLZ_HOT_ALIGN void *mlz_hook_malloc(size_t n) { return mlz__malloc_hot(n); }
+MLZ_HOT_ALIGN void mlz_hook_free(void *p) { mlz__free_hot(p); }
 
 void *mlz_hook_calloc(size_t n, size_t m)
 {
     size_t total;
     if (__builtin_mul_overflow(n, m, &total)) return mlz__g.real.calloc(n, m);
-    if (SAMPLES(total)) return sample2(mlz__g.real.calloc, n, m, total);
+    if (MLZ_SAMPLES(total)) return sample2(mlz__g.real.calloc, n, m, total);
     return mlz__g.real.calloc(n, m);
 }
 
 void *mlz_hook_memalign(size_t align, size_t n)
 {
-    if (SAMPLES(n)) return sample2(mlz__g.real.memalign, align, n, n);
+    if (MLZ_SAMPLES(n)) return sample2(mlz__g.real.memalign, align, n, n);
     return mlz__g.real.memalign(align, n);
 }
 
 void *mlz_hook_aligned_alloc(size_t align, size_t n)
 {
-    if (SAMPLES(n)) return sample2(mlz__g.real.aligned_alloc, align, n, n);
+    if (MLZ_SAMPLES(n)) return sample2(mlz__g.real.aligned_alloc, align, n, n);
     return mlz__g.real.aligned_alloc(align, n);
 }
 
 void *mlz_hook_valloc(size_t n)
 {
-    if (SAMPLES(n)) return sample1(mlz__g.real.valloc, n, n);
+    if (MLZ_SAMPLES(n)) return sample1(mlz__g.real.valloc, n, n);
     return mlz__g.real.valloc(n);
 }
 
 void *mlz_hook_pvalloc(size_t n)
 {
-    if (SAMPLES(n)) return sample1(mlz__g.real.pvalloc, n, n);
+    if (MLZ_SAMPLES(n)) return sample1(mlz__g.real.pvalloc, n, n);
     return mlz__g.real.pvalloc(n);
 }
 

@@ -102,8 +102,8 @@ void *mlz__boot_pvalloc(size_t n) { resolve_all(); return mlz__g.real.pvalloc(n)
 void *mlz__boot_reallocarray(void *p, size_t n, size_t m) { resolve_all(); return mlz__g.real.reallocarray(p, n, m); }
 
 /* The exports. */
-MLZ_EXPORT void *malloc(size_t n) { return mlz_hook_malloc(n); }
-MLZ_EXPORT void free(void *p) { mlz_hook_free(p); }
+MLZ_EXPORT MLZ_HOT_ALIGN void *malloc(size_t n) { return mlz__malloc_hot(n); }
+MLZ_EXPORT MLZ_HOT_ALIGN void free(void *p) { mlz__free_hot(p); }
 MLZ_EXPORT void *calloc(size_t n, size_t m) { return mlz_hook_calloc(n, m); }
 MLZ_EXPORT void *realloc(void *p, size_t n)
 {

@@ -42,8 +42,9 @@ mlz_global mlz__g = {
     .real = { mlz__boot_malloc, mlz__boot_free, mlz__boot_calloc, mlz__boot_realloc,
               mlz__boot_posix_memalign, mlz__boot_aligned_alloc, mlz__boot_memalign,
               mlz__boot_valloc, mlz__boot_pvalloc, mlz__boot_reallocarray },
-    .bloom = { .cells = empty_filter, .mask = (1u << MLZ_BLOOM_DEFAULT_LOG2_CELLS) - 1,
-               .log2_cells = MLZ_BLOOM_DEFAULT_LOG2_CELLS },
+    .bloom = { .cells = empty_filter, .shift = 64 - MLZ_BLOOM_DEFAULT_LOG2_CELLS,
+               .log2_cells = MLZ_BLOOM_DEFAULT_LOG2_CELLS,
+               .mask = (1u << MLZ_BLOOM_DEFAULT_LOG2_CELLS) - 1 },
     .rate = MLZ_SAMPLER_DEFAULT_RATE,
     .min_free = MLZ_DEFAULT_MIN_FREE,
 };
@@ -172,7 +173,8 @@ int mlz__init(void)
  * the placeholder's cells into each filter it installs. */
 void mlz__bloom_keep(uint64_t p)
 {
-    mlz_bloom placeholder = { .cells = empty_filter, .mask = mlz__g.bloom.mask, .log2_cells = mlz__g.bloom.log2_cells };
+    mlz_bloom placeholder = { .cells = empty_filter, .shift = mlz__g.bloom.shift,
+                             .log2_cells = mlz__g.bloom.log2_cells, .mask = mlz__g.bloom.mask };
     mlz_bloom_add(&placeholder, p);
     if (atomic_load(&mlz__g.bloom.cells) != empty_filter) mlz_bloom_add(&mlz__g.bloom, p);
 }
