@@ -100,6 +100,13 @@ static inline int mlz_bloom_maybe(const mlz_bloom *b, uint64_t ptr)
     return mlz_bloom_first(b, ptr) && mlz_bloom_rest(b, ptr);
 }
 
+/* Starts fetching ptr's cache line of cells for writing (before an add). */
+static inline void mlz_bloom_prefetch(const mlz_bloom *b, uint64_t ptr)
+{
+    const uint8_t *c = atomic_load_explicit(&b->cells, memory_order_acquire);
+    __builtin_prefetch(&c[mlz__bloom_first(mlz__bloom_mix(ptr), b->shift)], 1);
+}
+
 /* log2_cells 0 = default; valid range [9, 32]. 0 on success, -1 on failure. */
 int mlz_bloom_init(mlz_bloom *b, unsigned log2_cells);
 /* Unmaps the counters: only when no thread can read them any more. */

@@ -255,6 +255,11 @@ static void note_probe(mlz_heapmap *m, uint64_t d)
         ;
 }
 
+void mlz_heapmap_prefetch(const mlz_heapmap *m, uint64_t ptr)
+{
+    __builtin_prefetch(&m->slots[home_of(m, ptr)], 1);
+}
+
 int64_t mlz_heapmap_reserve(mlz_heapmap *m, uint64_t ptr)
 {
     if (!is_pointer(ptr)) return -1;

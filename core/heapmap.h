@@ -96,6 +96,10 @@ int mlz_heapmap_init(mlz_heapmap *m, unsigned log2_cap);
 /* Only when no other thread can touch the map any more. */
 void mlz_heapmap_destroy(mlz_heapmap *m);
 
+/* Starts fetching ptr's home slot for writing, so that a reserve made a
+ * little later (after the stack walk) finds it in cache. */
+void mlz_heapmap_prefetch(const mlz_heapmap *m, uint64_t ptr);
+
 /* Claim a slot for ptr (not 0, 1 or UINT64_MAX). Returns the slot index, or
  * -1 when the probe sequence has no free slot (counted in full_drops). */
 int64_t mlz_heapmap_reserve(mlz_heapmap *m, uint64_t ptr);

