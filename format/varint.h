@@ -13,6 +13,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #define MLZ_VARINT_MAX 10
 
@@ -78,31 +79,49 @@ static inline int mlz_varint_get(const uint8_t *p, const uint8_t *end,
     return MLZ_VARINT_TOO_LONG;
 }
 
+/* Little-endian fixed fields. On a little-endian host each is one load or
+ * store (a memcpy of constant size compiles to a mov): GCC did not merge
+ * the byte loop of mlz_put_u64 when it could not rule out aliasing with
+ * the writer's own fields, and that loop was 48 of the 81 instructions the
+ * payload's drain thread spent writing an ALLOC. */
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#define MLZ_LITTLE_ENDIAN 1
+#else
+#define MLZ_LITTLE_ENDIAN 0
+#endif
+
 static inline void mlz_put_u16(uint8_t *p, uint16_t v)
 {
+    if (MLZ_LITTLE_ENDIAN) { memcpy(p, &v, 2); return; }
     p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8);
 }
 static inline void mlz_put_u32(uint8_t *p, uint32_t v)
 {
+    if (MLZ_LITTLE_ENDIAN) { memcpy(p, &v, 4); return; }
     for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
 }
 static inline void mlz_put_u64(uint8_t *p, uint64_t v)
 {
+    if (MLZ_LITTLE_ENDIAN) { memcpy(p, &v, 8); return; }
     for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
 }
 static inline uint16_t mlz_get_u16(const uint8_t *p)
 {
+    uint16_t v;
+    if (MLZ_LITTLE_ENDIAN) { memcpy(&v, p, 2); return v; }
     return (uint16_t)(p[0] | (p[1] << 8));
 }
 static inline uint32_t mlz_get_u32(const uint8_t *p)
 {
     uint32_t v = 0;
+    if (MLZ_LITTLE_ENDIAN) { memcpy(&v, p, 4); return v; }
     for (int i = 0; i < 4; i++) v |= (uint32_t)p[i] << (8 * i);
     return v;
 }
 static inline uint64_t mlz_get_u64(const uint8_t *p)
 {
     uint64_t v = 0;
+    if (MLZ_LITTLE_ENDIAN) { memcpy(&v, p, 8); return v; }
     for (int i = 0; i < 8; i++) v |= (uint64_t)p[i] << (8 * i);
     return v;
 }
