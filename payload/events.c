@@ -237,28 +237,9 @@ static MLZ_COLD MLZ_NOINLINE int wait_for_room(mlz_ring *r, uint64_t h, uint64_t
     }
 }
 
-int mlz__push(mlz_ring *r, enum mlz_rec_kind kind, uint64_t ts_ns, uint64_t addr, uint64_t size,
-              uint32_t stack_id)
+static inline void put_rec(mlz_ring *r, uint64_t h, enum mlz_rec_kind kind, uint64_t ts_ns, uint64_t addr,
+                           uint64_t size, uint32_t stack_id)
 {
-    /* Long waits are for events whose loss would falsify the trace: a FREE
-     * (its object would live on), and every event in exact mode. */
-    uint64_t limit = kind == MLZ_REC_FREE || mlz__g.rate <= 1 ? PUSH_WAIT_NS : ALLOC_WAIT_NS;
-    if (mlz_unlikely(!r)) {
-        atomic_fetch_add_explicit(kind == MLZ_REC_FREE ? &mlz__g.c.frees_lost : &mlz__g.c.no_ring, 1,
-                                  memory_order_relaxed);
-        return 0;
-    }
-    uint64_t h = atomic_load_explicit(&r->head, memory_order_relaxed);
-    uint64_t fill = ring_fill(r, h);
-    /* Half full: wake the drain thread now rather than at its next period,
-     * so that small rings do not make this thread wait. One system call per
-     * half ring, only while events come faster than one period drains. */
-    if (mlz_unlikely(fill == (r->mask >> 1) + 1)) wake_drain();
-    if (mlz_unlikely(fill > r->mask) && !wait_for_room(r, h, limit)) {
-        atomic_fetch_add_explicit(kind == MLZ_REC_FREE ? &mlz__g.c.frees_lost : &mlz__g.c.ring_drops, 1,
-                                  memory_order_relaxed);
-        return 0;
-    }
     mlz_rec *e = &r->recs[h & r->mask];
     e->ts_ns = ts_ns;
     e->addr = addr;
@@ -271,6 +252,45 @@ int mlz__push(mlz_ring *r, enum mlz_rec_kind kind, uint64_t ts_ns, uint64_t addr
      * whole ring ago: fetch it now, while the program runs, rather than
      * wait for it then. */
     __builtin_prefetch(&r->recs[(h + 1) & r->mask], 1);
+}
+
+/* No ring, a ring just half full or a full one: counted, woken, waited for. */
+static MLZ_COLD MLZ_NOINLINE int push_slow(mlz_ring *r, enum mlz_rec_kind kind, uint64_t ts_ns,
+                                           uint64_t addr, uint64_t size, uint32_t stack_id)
+{
+    /* Long waits are for events whose loss would falsify the trace: a FREE
+     * (its object would live on), and every event in exact mode. */
+    uint64_t limit = kind == MLZ_REC_FREE || mlz__g.rate <= 1 ? PUSH_WAIT_NS : ALLOC_WAIT_NS;
+    if (!r) {
+        atomic_fetch_add_explicit(kind == MLZ_REC_FREE ? &mlz__g.c.frees_lost : &mlz__g.c.no_ring, 1,
+                                  memory_order_relaxed);
+        return 0;
+    }
+    uint64_t h = atomic_load_explicit(&r->head, memory_order_relaxed);
+    uint64_t fill = ring_fill(r, h);
+    /* Half full: wake the drain thread now rather than at its next period,
+     * so that small rings do not make this thread wait. One system call per
+     * half ring, only while events come faster than one period drains. */
+    if (fill == (r->mask >> 1) + 1) wake_drain();
+    if (fill > r->mask && !wait_for_room(r, h, limit)) {
+        atomic_fetch_add_explicit(kind == MLZ_REC_FREE ? &mlz__g.c.frees_lost : &mlz__g.c.ring_drops, 1,
+                                  memory_order_relaxed);
+        return 0;
+    }
+    put_rec(r, h, kind, ts_ns, addr, size, stack_id);
+    return 1;
+}
+
+/* The common case needs no stack frame: everything that waits or counts is
+ * in push_slow (their registers cost the fast path 14 instructions). */
+int mlz__push(mlz_ring *r, enum mlz_rec_kind kind, uint64_t ts_ns, uint64_t addr, uint64_t size,
+              uint32_t stack_id)
+{
+    if (mlz_unlikely(!r)) return push_slow(r, kind, ts_ns, addr, size, stack_id);
+    uint64_t h = atomic_load_explicit(&r->head, memory_order_relaxed), fill = ring_fill(r, h);
+    if (mlz_unlikely(fill == (r->mask >> 1) + 1 || fill > r->mask))
+        return push_slow(r, kind, ts_ns, addr, size, stack_id);
+    put_rec(r, h, kind, ts_ns, addr, size, stack_id);
     return 1;
 }
 
