@@ -119,17 +119,25 @@ static mlz_ring *claim_ring(int32_t tid)
     return r;
 }
 
-/* This thread's ring, claimed on first use; NULL when none is left. */
+static MLZ_COLD MLZ_NOINLINE mlz_ring *ring_first_use(mlz_tls *t)
+{
+    /* A thread that has only freed so far has not been through thread_init:
+     * it needs its tid before it can own a ring (0 means "free ring"). */
+    if (!t->tid) t->tid = (int32_t)syscall(SYS_gettid);
+    mlz_ring *r = t->ring;
+    if (r && atomic_load_explicit(&r->owner, memory_order_relaxed) == t->tid) return r;
+    if (!ring_size) return NULL;
+    return t->ring = claim_ring(t->tid);
+}
+
+/* This thread's ring, claimed on first use; NULL when none is left. The
+ * claim is out of line, so that the common case needs no stack frame. */
 mlz_ring *mlz__ring(void)
 {
     mlz_tls *t = &mlz__tls;
     mlz_ring *r = t->ring;
-    /* A thread that has only freed so far has not been through thread_init:
-     * it needs its tid before it can own a ring (0 means "free ring"). */
-    if (mlz_unlikely(!t->tid)) t->tid = (int32_t)syscall(SYS_gettid);
-    if (mlz_likely(r && atomic_load_explicit(&r->owner, memory_order_relaxed) == t->tid)) return r;
-    if (!ring_size) return NULL;
-    return t->ring = claim_ring(t->tid);
+    if (mlz_likely(r && t->tid && atomic_load_explicit(&r->owner, memory_order_relaxed) == t->tid)) return r;
+    return ring_first_use(t);
 }
 
 /* Per-thread counters (see payload.h): this thread's ring's, or the
