@@ -1,7 +1,7 @@
 /*
  * fuzz_reader.c - libFuzzer target: any byte string fed to the reader must
  * end in a clean stream end or a reported error, never a crash, a hang or a
- * sanitizer report. Seeds: tests/fuzz/seeds/*.txt, turned into binary files
+ * sanitizer report. Seeds: the .txt files of tests/fuzz/seeds, turned into binary files
  * by `memlyze undump` when `make fuzz` runs, and tests/data/split_model1.mlyze.
  *
  * A split file is read a second time with every block's checksum made right
