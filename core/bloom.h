@@ -32,7 +32,7 @@
 
 typedef struct mlz_bloom {
     _Atomic(uint8_t *) cells;    /* mmap'd counters; swappable (see the payload's detach) */
-    unsigned shift;              /* 64 - log2_cells: the hash's top bits are the first cell */
+    unsigned shift;              /* 64 - log2_cells, stored: the free hook shifts by it */
     unsigned log2_cells;
     uint64_t mask;               /* cells - 1 */
     /* Written by adds and removes: off the line every free reads. */
@@ -78,33 +78,43 @@ static inline uint64_t mlz__bloom_cell(uint64_t h, unsigned i, unsigned shift)
  * lets these loads see it; a pointer's own counts are only taken out after
  * its map entry is gone.
  */
-static inline int mlz_bloom_first(const mlz_bloom *b, uint64_t ptr)
+static inline const uint8_t *mlz__bloom_first_cell(const mlz_bloom *b, uint64_t ptr)
 {
     const uint8_t *c = atomic_load_explicit(&b->cells, memory_order_acquire);
-    return __atomic_load_n(&c[mlz__bloom_first(mlz__bloom_mix(ptr), b->shift)], __ATOMIC_RELAXED) != 0;
+    return &c[mlz__bloom_first(mlz__bloom_mix(ptr), b->shift)];
+}
+
+static inline int mlz_bloom_first(const mlz_bloom *b, uint64_t ptr)
+{
+    return __atomic_load_n(mlz__bloom_first_cell(b, ptr), __ATOMIC_RELAXED) != 0;
+}
+
+/* Cells from..k-1 of ptr all set. */
+static inline int mlz__bloom_cells_from(const mlz_bloom *b, uint64_t ptr, unsigned from)
+{
+    const uint8_t *c = atomic_load_explicit(&b->cells, memory_order_acquire);
+    uint64_t h = mlz__bloom_mix(ptr);
+    for (unsigned i = from; i < MLZ_BLOOM_K; i++)
+        if (!__atomic_load_n(&c[mlz__bloom_cell(h, i, b->shift)], __ATOMIC_RELAXED)) return 0;
+    return 1;
 }
 
 /* The other k-1 cells, after mlz_bloom_first said 1. */
 static inline int mlz_bloom_rest(const mlz_bloom *b, uint64_t ptr)
 {
-    const uint8_t *c = atomic_load_explicit(&b->cells, memory_order_acquire);
-    uint64_t h = mlz__bloom_mix(ptr);
-    for (unsigned i = 1; i < MLZ_BLOOM_K; i++)
-        if (!__atomic_load_n(&c[mlz__bloom_cell(h, i, b->shift)], __ATOMIC_RELAXED)) return 0;
-    return 1;
+    return mlz__bloom_cells_from(b, ptr, 1);
 }
 
-/* 0 = ptr is not a live sample; 1 = maybe. */
+/* 0 = ptr is not a live sample; 1 = maybe (the whole test in one pass). */
 static inline int mlz_bloom_maybe(const mlz_bloom *b, uint64_t ptr)
 {
-    return mlz_bloom_first(b, ptr) && mlz_bloom_rest(b, ptr);
+    return mlz__bloom_cells_from(b, ptr, 0);
 }
 
 /* Starts fetching ptr's cache line of cells for writing (before an add). */
 static inline void mlz_bloom_prefetch(const mlz_bloom *b, uint64_t ptr)
 {
-    const uint8_t *c = atomic_load_explicit(&b->cells, memory_order_acquire);
-    __builtin_prefetch(&c[mlz__bloom_first(mlz__bloom_mix(ptr), b->shift)], 1);
+    __builtin_prefetch(mlz__bloom_first_cell(b, ptr), 1);
 }
 
 /* log2_cells 0 = default; valid range [9, 32]. 0 on success, -1 on failure. */

@@ -263,7 +263,7 @@ static inline void put_rec(mlz_ring *r, uint64_t h, enum mlz_rec_kind kind, uint
 }
 
 /* No ring, a ring just half full or a full one: counted, woken, waited for. */
-static MLZ_COLD MLZ_NOINLINE int push_slow(mlz_ring *r, enum mlz_rec_kind kind, uint64_t ts_ns,
+static MLZ_COLD MLZ_NOINLINE int push_slow(mlz_ring *r, uint64_t h, enum mlz_rec_kind kind, uint64_t ts_ns,
                                            uint64_t addr, uint64_t size, uint32_t stack_id)
 {
     /* Long waits are for events whose loss would falsify the trace: a FREE
@@ -274,7 +274,6 @@ static MLZ_COLD MLZ_NOINLINE int push_slow(mlz_ring *r, enum mlz_rec_kind kind, 
                                   memory_order_relaxed);
         return 0;
     }
-    uint64_t h = atomic_load_explicit(&r->head, memory_order_relaxed);
     uint64_t fill = ring_fill(r, h);
     /* Half full: wake the drain thread now rather than at its next period,
      * so that small rings do not make this thread wait. One system call per
@@ -294,10 +293,10 @@ static MLZ_COLD MLZ_NOINLINE int push_slow(mlz_ring *r, enum mlz_rec_kind kind, 
 int mlz__push(mlz_ring *r, enum mlz_rec_kind kind, uint64_t ts_ns, uint64_t addr, uint64_t size,
               uint32_t stack_id)
 {
-    if (mlz_unlikely(!r)) return push_slow(r, kind, ts_ns, addr, size, stack_id);
+    if (mlz_unlikely(!r)) return push_slow(r, 0, kind, ts_ns, addr, size, stack_id);
     uint64_t h = atomic_load_explicit(&r->head, memory_order_relaxed), fill = ring_fill(r, h);
     if (mlz_unlikely(fill == (r->mask >> 1) + 1 || fill > r->mask))
-        return push_slow(r, kind, ts_ns, addr, size, stack_id);
+        return push_slow(r, h, kind, ts_ns, addr, size, stack_id);
     put_rec(r, h, kind, ts_ns, addr, size, stack_id);
     return 1;
 }

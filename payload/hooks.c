@@ -281,9 +281,7 @@ static MLZ_COLD MLZ_NOINLINE void *sample2(void *(*real)(size_t, size_t), size_t
 
 MLZ_COLD MLZ_NOINLINE void *mlz__sample_malloc(size_t n)
 {
-    void *p = mlz__g.real.malloc(n);
-    mlz__sample_slow(p, n, mlz__now_ns());
-    return p;
+    return sample1(mlz__g.real.malloc, n, n);
 }
 
 /* A block of the preload library's boot arena (preload.c; the filter

@@ -146,6 +146,8 @@ void  mlz__sample_slow(void *p, size_t n, uint64_t ts);
 void  mlz__free_slow(void *p);
 void *mlz__sample_malloc(size_t n);          /* the real malloc, then the sample */
 void  mlz__free_then_real(void *p);          /* the rest of the filter's test, the sample's free, the real free */
+void *mlz__realloc_common(void *p, size_t n, size_t m, void *(*call)(const void *, void *, size_t, size_t),
+                          const void *ctx);
 
 /*
  * The hot halves of malloc's and free's hooks: a thread-local countdown
@@ -175,8 +177,6 @@ static inline __attribute__((always_inline)) void mlz__free_hot(void *p)
     }
     mlz__g.real.free(p);
 }
-void *mlz__realloc_common(void *p, size_t n, size_t m, void *(*call)(const void *, void *, size_t, size_t),
-                          const void *ctx);
 
 /* hooks_named.c: allocators known by name at run time (prefixed families
  * next to glibc's malloc, --hook SYMBOL=KIND), each forwarding to its own
