@@ -261,6 +261,9 @@ int  mlz_reader_at_block_start(const mlz_reader *r);
  * using the .mlyze.idx index; 0 on success, -1 if there is no usable index. */
 int  mlz_reader_seek_time(mlz_reader *r, uint64_t t_us, mlz_error *err);
 int  mlz_reader_has_index(const mlz_reader *r);
+/* Split blocks the caller decoded itself while the read-ahead thread was
+ * still on the block before (both CPUs decoding); for tests and benches. */
+uint64_t mlz_reader_blocks_beside(const mlz_reader *r);
 /* Was the stream cut off (MLZ_READ_TRUNCATED_OK only)? */
 int  mlz_reader_was_truncated(const mlz_reader *r);
 void mlz_reader_close(mlz_reader *r);

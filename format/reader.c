@@ -578,7 +578,15 @@ static int decode_split_at(const mlz_reader *r, mlz_split_codec *codec, uint8_t 
 
 /* With two cores, a second thread decodes block k+1 while the caller reads
  * block k: decoding is about half of what stats and top spend. The thread
- * has its own decoder; taking its block swaps the two decoders. */
+ * has its own decoder; taking its block swaps the two decoders.
+ *
+ * A caller that reads faster than blocks decode (validate, convert, a bare
+ * loop over blocks) would find the thread still busy and wait; instead it
+ * decodes the block after that one itself meanwhile, into a third decoder
+ * (the spare), and the thread goes on with the block after the spare's.
+ * Both CPUs then decode, in turns, and blocks still come out in order. */
+#define NO_BLOCK UINT64_MAX
+
 struct read_ahead {
     mlz_worker w;
     const mlz_reader *r;
@@ -586,8 +594,13 @@ struct read_ahead {
     uint8_t *zbuf;
     size_t zbuf_cap;
     uint64_t off, next;         /* the block asked for, and the offset after it */
+    int asked;                  /* off was asked for and not taken yet */
     int rc;                     /* decode_split_at's result, and its error */
     mlz_error err;
+    /* The caller's side. */
+    mlz_split_codec *spare;     /* the block at spare_off, decoded beside */
+    uint64_t spare_off, spare_next;
+    uint64_t beside;            /* blocks decoded beside (mlz_reader_blocks_beside) */
 };
 
 static void ahead_job(void *arg)
@@ -601,6 +614,7 @@ static void ahead_stop(read_ahead *a)
     if (!a) return;
     mlz_worker_stop(&a->w);
     mlz_split_free(a->codec);
+    mlz_split_free(a->spare);
     free(a->zbuf);
     free(a);
 }
@@ -614,6 +628,7 @@ static read_ahead *ahead_start(const mlz_reader *r)
         return NULL;
     }
     a->r = r;
+    a->spare_off = NO_BLOCK;
     if (mlz_worker_start(&a->w, ahead_job, a)) {
         mlz_split_free(a->codec);
         free(a);
@@ -629,25 +644,76 @@ static read_ahead *ahead_start(const mlz_reader *r)
 
 static void ahead_ask(mlz_reader *r, uint64_t off)
 {
+    read_ahead *a = r->ahead;
+    if (a && a->asked) return;          /* already on the block after the spare */
+    if (a && a->spare_off == off) off = a->spare_next;
     if (off >= r->stream_end || r->h.event_count < AHEAD_MIN_EVENTS) return;
-    if (!r->ahead) {
+    if (!a) {
         if (r->ahead_failed || !mlz_worker_two_cpus()) return;
-        if (!(r->ahead = ahead_start(r))) {
+        if (!(a = r->ahead = ahead_start(r))) {
             r->ahead_failed = 1;
             return;
         }
     }
-    r->ahead->off = off;        /* the worker is idle: ahead_take waited for it */
-    mlz_worker_ask(&r->ahead->w);
+    a->off = off;               /* the worker is idle: ahead_take waited for it */
+    a->asked = 1;
+    mlz_worker_ask(&a->w);
 }
 
-/* The block at off if the thread was asked for it: waits for it and swaps
- * its decoder in. 0 if it was not asked for (after a seek: it is dropped),
- * else decode_split_at's result. */
+/* The offset after the split block at off, from its header; 0 if the
+ * header is unreadable or impossible (decode_split_at says why, in turn). */
+static int split_block_end(const mlz_reader *r, uint64_t off, uint64_t *end)
+{
+    uint8_t bh[MLZ_SPLIT_HEADER];
+    if (src_read(r, off, bh, sizeof bh) != (ssize_t)sizeof bh) return 0;
+    uint32_t plen = mlz_get_u32(bh);
+    if (plen > SPLIT_PAYLOAD_MAX || off + sizeof bh + plen > r->stream_end) return 0;
+    *end = off + sizeof bh + plen;
+    return 1;
+}
+
+/* The thread is still decoding block off: the caller decodes the block
+ * after it into the spare meanwhile. One that fails to decode is dropped:
+ * its turn comes, and the error is reported in order. */
+static void decode_beside(mlz_reader *r, read_ahead *a, uint64_t off)
+{
+    uint64_t after, next;
+    mlz_error e;
+    if (!split_block_end(r, off, &after) || after >= r->stream_end) return;
+    if (!a->spare && !(a->spare = split_decoder(r))) return;
+    if (decode_split_at(r, a->spare, &r->zbuf, &r->zbuf_cap, after, &next, &e) != 1) return;
+    a->spare_off = after;
+    a->spare_next = next;
+    a->beside++;
+}
+
+/* The block at off if the spare holds it (swapped in); any other block
+ * there is dropped (a seek). */
+static int spare_take(mlz_reader *r, uint64_t off, uint64_t *next)
+{
+    read_ahead *a = r->ahead;
+    if (!a || a->spare_off == NO_BLOCK) return 0;
+    int hit = a->spare_off == off;
+    a->spare_off = NO_BLOCK;
+    if (!hit) return 0;
+    mlz_split_codec *c = r->split;
+    r->split = a->spare;
+    a->spare = c;
+    *next = a->spare_next;
+    return 1;
+}
+
+/* The block at off if the thread was asked for it: waits for it (decoding
+ * the next one beside meanwhile) and swaps its decoder in. 0 if it was not
+ * asked for (after a seek: it is dropped), else decode_split_at's result. */
 static int ahead_take(mlz_reader *r, uint64_t off, uint64_t *next, mlz_error *err)
 {
     read_ahead *a = r->ahead;
-    if (!a || !mlz_worker_wait(&a->w) || a->off != off) return 0;
+    if (!a || !a->asked) return 0;
+    if (a->off == off && a->spare_off == NO_BLOCK && mlz_worker_busy(&a->w)) decode_beside(r, a, off);
+    mlz_worker_wait(&a->w);
+    a->asked = 0;
+    if (a->off != off) return 0;
     if (a->rc < 0) {
         if (err) *err = a->err;
         return -1;
@@ -659,12 +725,15 @@ static int ahead_take(mlz_reader *r, uint64_t off, uint64_t *next, mlz_error *er
     return 1;
 }
 
+uint64_t mlz_reader_blocks_beside(const mlz_reader *r) { return r->ahead ? r->ahead->beside : 0; }
+
 /* SPLIT mode: loads, checks and decodes the next block into columns. */
 static int load_split_block(mlz_reader *r, mlz_error *err)
 {
     if (r->next_off >= r->stream_end) return 0;
     uint64_t off = r->next_off, next;
-    int k = ahead_take(r, off, &next, err);
+    int k = spare_take(r, off, &next);
+    if (k == 0) k = ahead_take(r, off, &next, err);
     if (k == 0) k = decode_split_at(r, r->split, &r->zbuf, &r->zbuf_cap, off, &next, err);
     if (k < 0) return -1;
     r->block_off = off;

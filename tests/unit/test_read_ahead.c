@@ -1,6 +1,7 @@
 /*
  * test_read_ahead.c - the reader's read-ahead of split blocks (a second
- * thread decodes block k+1 while the caller reads block k): it runs, it
+ * thread decodes block k+1 while the caller reads block k, and a caller
+ * that finds it still busy decodes block k+2 meanwhile): it runs, it
  * hands out exactly the events of the file in order (event by event and in
  * blocks), it survives seeks, closes in mid-stream and damaged blocks with
  * the same error a plain read gives. And the writer's mirror image (a
@@ -173,6 +174,51 @@ static void test_every_event_in_order(void)
     mlz_reader_close(r);
 }
 
+/* A caller with nothing to do per block finds the thread still decoding
+ * the block it wants: it decodes the next one itself meanwhile, so both
+ * CPUs decode. The blocks still come out whole and in order. Timing
+ * decides how often; over ten passes of 20 blocks it happens (each pass
+ * has about ten chances). With one CPU, never. */
+static void test_caller_decodes_beside(void)
+{
+    cpu_set_t all, one;
+    REQUIRE(sched_getaffinity(0, sizeof all, &all) == 0);
+    if (CPU_COUNT(&all) < 2) { printf("SKIP: test_caller_decodes_beside (one CPU)\n"); return; }
+    uint64_t beside = 0;
+    int bad = 0;
+    for (int pass = 0; pass < 10 && !beside; pass++) {
+        mlz_error e;
+        mlz_reader *r = mlz_reader_open(path, 0, &e);
+        REQUIRE(r);
+        mlz_block_view b;
+        int i = 0, rc;
+        while ((rc = mlz_reader_next_block(r, &b, &e)) == 1) {
+            uint32_t a = 0, f = 0;
+            for (uint32_t k = 0; k < b.n; k++, i++) {
+                uint64_t addr = b.kind[k] == MLZ_EV_ALLOC ? b.a_addr[a++] : b.f_addr[f++];
+                if (i >= EVENTS || b.kind[k] != want[i].type || addr != want[i].addr) bad++;
+            }
+        }
+        if (rc != 0 || i != EVENTS) bad++;
+        beside += mlz_reader_blocks_beside(r);
+        mlz_reader_close(r);
+    }
+    CHECK(beside > 0 && bad == 0);
+
+    CPU_ZERO(&one);
+    for (int c = 0; c < CPU_SETSIZE; c++)
+        if (CPU_ISSET(c, &all)) { CPU_SET(c, &one); break; }
+    REQUIRE(sched_setaffinity(0, sizeof one, &one) == 0);
+    mlz_error e;
+    mlz_reader *r = mlz_reader_open(path, 0, &e);
+    REQUIRE(r);
+    mlz_block_view b;
+    while (mlz_reader_next_block(r, &b, &e) == 1) {}
+    CHECK(mlz_reader_blocks_beside(r) == 0);
+    mlz_reader_close(r);
+    sched_setaffinity(0, sizeof all, &all);
+}
+
 /* Seeks in every direction, after reading part of a block: the block read
  * ahead is dropped, the events after the seek are the file's. */
 static void test_seeks(void)
@@ -276,6 +322,7 @@ int main(int argc, char **argv)
     RUN(test_a_second_thread_decodes);
     RUN(test_writer_second_thread);
     RUN(test_every_event_in_order);
+    RUN(test_caller_decodes_beside);
     RUN(test_seeks);
     RUN(test_close_mid_stream);
     RUN(test_damage_found_in_order);
