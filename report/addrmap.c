@@ -6,14 +6,6 @@
 
 #include <stdlib.h>
 
-static size_t slot_of(const addrmap *m, uint64_t a)
-{
-    a ^= a >> 33;
-    a *= 0xff51afd7ed558ccdULL;
-    a ^= a >> 33;
-    return (size_t)a & m->mask;
-}
-
 int addrmap_init(addrmap *m)
 {
     m->mask = 1023;
@@ -28,13 +20,13 @@ void addrmap_free(addrmap *m)
     m->slots = NULL;
 }
 
-static int grow(addrmap *m)
+int addrmap_grow(addrmap *m)
 {
     addrmap n = { calloc((m->mask + 1) * 2, sizeof(addr_obj)), m->mask * 2 + 1, 0 };
     if (!n.slots) return -1;
     for (size_t i = 0; i <= m->mask; i++)
         if (m->slots[i].addr) {
-            size_t j = slot_of(&n, m->slots[i].addr);
+            size_t j = addrmap_home(&n, m->slots[i].addr);
             while (n.slots[j].addr) j = (j + 1) & n.mask;
             n.slots[j] = m->slots[i];
             n.count++;
@@ -46,45 +38,28 @@ static int grow(addrmap *m)
 
 int addrmap_put(addrmap *m, const addr_obj *o, addr_obj *old)
 {
-    if ((m->count + 1) * 4 > (m->mask + 1) * 3 && grow(m)) return -1;
-    size_t i = slot_of(m, o->addr);
-    while (m->slots[i].addr) {
-        if (m->slots[i].addr == o->addr) {
-            if (old) *old = m->slots[i];
-            m->slots[i] = *o;
-            return 1;
-        }
-        i = (i + 1) & m->mask;
-    }
-    m->slots[i] = *o;
-    m->count++;
-    return 0;
+    int had;
+    addr_obj *s = addrmap_slot(m, o->addr, &had);
+    if (!s) return -1;
+    if (had && old) *old = *s;
+    *s = *o;
+    return had;
 }
 
 const addr_obj *addrmap_get(const addrmap *m, uint64_t addr)
 {
-    if (!addr) return NULL;
-    for (size_t i = slot_of(m, addr); m->slots[i].addr; i = (i + 1) & m->mask)
-        if (m->slots[i].addr == addr) return &m->slots[i];
-    return NULL;
+    return addrmap_find(m, addr);
 }
 
-int addrmap_take(addrmap *m, uint64_t addr, addr_obj *out)
+void addrmap_remove_at(addrmap *m, addr_obj *o)
 {
-    if (!addr) return 0;
-    size_t i = slot_of(m, addr);
-    while (m->slots[i].addr != addr) {
-        if (!m->slots[i].addr) return 0;
-        i = (i + 1) & m->mask;
-    }
-    if (out) *out = m->slots[i];
     /* Backward shift: pull later members of the cluster into the hole when
      * their home slot is not between the hole and themselves. */
-    size_t hole = i, j = i;
+    size_t hole = (size_t)(o - m->slots), j = hole;
     for (;;) {
         j = (j + 1) & m->mask;
         if (!m->slots[j].addr) break;
-        size_t home = slot_of(m, m->slots[j].addr);
+        size_t home = addrmap_home(m, m->slots[j].addr);
         if (((j - home) & m->mask) >= ((j - hole) & m->mask)) {
             m->slots[hole] = m->slots[j];
             hole = j;
@@ -92,6 +67,14 @@ int addrmap_take(addrmap *m, uint64_t addr, addr_obj *out)
     }
     m->slots[hole].addr = 0;
     m->count--;
+}
+
+int addrmap_take(addrmap *m, uint64_t addr, addr_obj *out)
+{
+    addr_obj *o = addrmap_find(m, addr);
+    if (!o) return 0;
+    if (out) *out = *o;
+    addrmap_remove_at(m, o);
     return 1;
 }
 

@@ -54,38 +54,46 @@ static void count_old(const addr_obj *o, void *arg)
     site_add_w(&s->old_bytes, &s->old_count, o->size, c->p->rates.v[o->rate_idx], 1);
 }
 
-/* An object's Horvitz-Thompson weights and their variances. */
-typedef struct weights { double wb, wc, vb, vc; } weights;
+/* An object's Horvitz-Thompson weights and their variances (exact: none). */
+typedef struct weights { double wb, wc, vb, vc; int exact; } weights;
 
 /* Exact traces weigh every object 1. Sampled ones repeat a few sizes: the
  * last weights of each size (direct-mapped by size) spare the exp() calls. */
 static inline weights weights_of(uint64_t size, uint64_t rate)
 {
-    if (rate <= 1) return (weights){ (double)size, 1, 0, 0 };
+    if (rate <= 1) return (weights){ (double)size, 1, 0, 0, 1 };
     static __thread struct { uint64_t size, rate; weights w; } cache[1024];
     __typeof__(cache[0]) *c = &cache[(size ^ (size >> 10)) & 1023];
     if (c->size != size || c->rate != rate) {
         c->w = (weights){ mlz_weight_bytes(size, rate), mlz_weight_count(size, rate), mlz_var_bytes(size, rate),
-                          mlz_var_count(size, rate) };
+                          mlz_var_count(size, rate), 0 };
         c->size = size;
         c->rate = rate;
     }
     return c->w;
 }
 
-/* One object more (sign 1) or less (-1) in the live heap of s and of p. */
+/* One object more (sign 1) or less (-1) in the live heap of s and of p.
+ * Exact weights have no variance: the variances are left alone (adding or
+ * taking 0 would change nothing; they are never negative). */
 static inline void live_move(prof *p, prof_site *s, const weights *w, int sign)
 {
+    double b = sign * w->wb, c = sign * w->wc;
+    s->live_bytes.value += b;
+    s->live_count.value += c;
+    p->live_bytes.value += b;
+    p->live_count.value += c;
+    if (w->exact) return;
     if (sign > 0) {
-        add(&s->live_bytes, w->wb, w->vb);
-        add(&s->live_count, w->wc, w->vc);
-        add(&p->live_bytes, w->wb, w->vb);
-        add(&p->live_count, w->wc, w->vc);
+        s->live_bytes.var += w->vb;
+        s->live_count.var += w->vc;
+        p->live_bytes.var += w->vb;
+        p->live_count.var += w->vc;
     } else {
-        sub(&s->live_bytes, w->wb, w->vb);
-        sub(&s->live_count, w->wc, w->vc);
-        sub(&p->live_bytes, w->wb, w->vb);
-        sub(&p->live_count, w->wc, w->vc);
+        sub(&s->live_bytes, 0, w->vb);
+        sub(&s->live_count, 0, w->vc);
+        sub(&p->live_bytes, 0, w->vb);
+        sub(&p->live_count, 0, w->vc);
     }
 }
 
@@ -145,20 +153,27 @@ static int prof_init(prof *p, mlz_reader *r, mlz_error *err)
 static int on_alloc(prof *p, uint64_t addr, uint64_t size, uint64_t stack_id, uint16_t thread,
                     uint64_t t_us, int in_window)
 {
-    const mlz_stack *st = mlz_meta_stack(p->meta, stack_id);
-    uint32_t si = p->site_of[st - p->meta->stacks];
+    /* Runs of ALLOCs from one stack are common: the last one's site. */
+    if (!p->last_stack_ok || stack_id != p->last_stack) {
+        const mlz_stack *st = mlz_meta_stack(p->meta, stack_id);
+        p->last_site = p->site_of[st - p->meta->stacks];
+        p->last_stack = stack_id;
+        p->last_stack_ok = 1;
+    }
+    uint32_t si = p->last_site;
     prof_site *s = &p->sites[si];
     weights w = weights_of(size, p->rates.v[p->rates.cur]);
-    addr_obj o = { addr, size, t_us, si, thread, (uint8_t)p->rates.cur }, old;
-    int had = addrmap_put(&p->live, &o, &old);
-    if (had < 0) return -1;
+    int had;
+    addr_obj *o = addrmap_slot(&p->live, addr, &had);
+    if (!o) return -1;
     if (had) {
-        weights ow = weights_of(old.size, p->rates.v[old.rate_idx]);
-        live_move(p, &p->sites[old.site], &ow, -1);
-        p->sites[old.site].live_samples--;
+        weights ow = weights_of(o->size, p->rates.v[o->rate_idx]);
+        live_move(p, &p->sites[o->site], &ow, -1);
+        p->sites[o->site].live_samples--;
         p->live_samples--;
         p->replaced_allocs++;
     }
+    *o = (addr_obj){ addr, size, t_us, si, thread, (uint8_t)p->rates.cur };
     s->live_samples++;
     p->live_samples++;
     if (in_window) {
@@ -176,15 +191,16 @@ static int on_alloc(prof *p, uint64_t addr, uint64_t size, uint64_t stack_id, ui
  * temporary when it lived at most temp_us inside the window. */
 static void on_free(prof *p, uint64_t addr, uint64_t t_us, int in_window, uint64_t temp_us)
 {
-    addr_obj o;
-    if (!addrmap_take(&p->live, addr, &o)) {
+    addr_obj *o = addrmap_find(&p->live, addr);
+    if (!o) {
         p->unmatched_frees++;   /* allocated before recording, or not sampled */
         return;
     }
-    prof_site *s = &p->sites[o.site];
-    uint64_t rate = p->rates.v[o.rate_idx];
-    weights w = weights_of(o.size, rate);
-    if (in_window && t_us - o.time_us <= temp_us) site_add_w(&s->temp_bytes, &s->temp_count, o.size, rate, 1);
+    prof_site *s = &p->sites[o->site];
+    uint64_t rate = p->rates.v[o->rate_idx], size = o->size, born = o->time_us;
+    addrmap_remove_at(&p->live, o);
+    weights w = weights_of(size, rate);
+    if (in_window && t_us - born <= temp_us) site_add_w(&s->temp_bytes, &s->temp_count, size, rate, 1);
     live_move(p, s, &w, -1);
     /* Exact zero when nothing is left: no floating-point residue. */
     if (--s->live_samples == 0) s->live_bytes = s->live_count = (est){ 0, 0 };

@@ -43,6 +43,9 @@ typedef struct prof {
     ratetab rates;            /* the rates ALLOCs were sampled at (ratetab.h) */
     prof_site *sites;         /* parallel to meta->stacks; only canonical ones are used */
     uint32_t *site_of;        /* stack index -> canonical site (same symbolized frames) */
+    uint64_t last_stack;      /* the last ALLOC's stack id and its site, when last_stack_ok */
+    uint32_t last_site;
+    int last_stack_ok;
     size_t nsites;
     uint64_t count[5];        /* ALLOC, FREE, GC, MARKER, extensions */
     uint64_t enc_bytes[5];    /* encoded bytes per kind */
