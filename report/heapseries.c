@@ -70,21 +70,23 @@ static int apply(hs_state *s, int type, uint64_t t, uint64_t addr, uint64_t size
     h->events++;
     h->end_us = t;
     if (type == MLZ_EV_ALLOC) {
-        addr_obj o = { addr, size, t, 0, thread, (uint8_t)s->rates.cur }, old;
-        int had = addrmap_put(&s->live, &o, &old);
-        if (had < 0) return -1;
+        int had;
+        addr_obj *o = addrmap_slot(&s->live, addr, &had);
+        if (!o) return -1;
         if (had) {   /* allocated again without a FREE we saw: the old one is gone */
-            s->v -= mlz_weight_bytes(old.size, s->rates.v[old.rate_idx]);
-            s->var -= mlz_var_bytes(old.size, s->rates.v[old.rate_idx]);
+            s->v -= mlz_weight_bytes(o->size, s->rates.v[o->rate_idx]);
+            s->var -= mlz_var_bytes(o->size, s->rates.v[o->rate_idx]);
         }
+        *o = (addr_obj){ addr, size, t, 0, thread, (uint8_t)s->rates.cur };
         s->v += mlz_weight_bytes(size, s->rates.v[s->rates.cur]);
         s->var += mlz_var_bytes(size, s->rates.v[s->rates.cur]);
         h->allocs++;
     } else if (type == MLZ_EV_FREE) {
-        addr_obj o;
-        if (!addrmap_take(&s->live, addr, &o)) { h->unmatched_frees++; return 0; }
-        s->v -= mlz_weight_bytes(o.size, s->rates.v[o.rate_idx]);
-        s->var -= mlz_var_bytes(o.size, s->rates.v[o.rate_idx]);
+        addr_obj *o = addrmap_find(&s->live, addr);
+        if (!o) { h->unmatched_frees++; return 0; }
+        s->v -= mlz_weight_bytes(o->size, s->rates.v[o->rate_idx]);
+        s->var -= mlz_var_bytes(o->size, s->rates.v[o->rate_idx]);
+        addrmap_remove_at(&s->live, o);
         h->frees++;
     } else {
         if (type != MLZ_EV_MARKER) return 0;
