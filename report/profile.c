@@ -18,11 +18,15 @@ double est_ci95(const est *e)
 }
 
 static void add(est *e, double v, double var) { e->value += v; e->var += var; }
+static void sub_var(est *e, double var)
+{
+    e->var -= var;
+    if (e->var < 0) e->var = 0;
+}
 static void sub(est *e, double v, double var)
 {
     e->value -= v;
-    e->var -= var;
-    if (e->var < 0) e->var = 0;
+    sub_var(e, var);
 }
 
 static int kind_of(int type)
@@ -90,10 +94,10 @@ static inline void live_move(prof *p, prof_site *s, const weights *w, int sign)
         p->live_bytes.var += w->vb;
         p->live_count.var += w->vc;
     } else {
-        sub(&s->live_bytes, 0, w->vb);
-        sub(&s->live_count, 0, w->vc);
-        sub(&p->live_bytes, 0, w->vb);
-        sub(&p->live_count, 0, w->vc);
+        sub_var(&s->live_bytes, w->vb);
+        sub_var(&s->live_count, w->vc);
+        sub_var(&p->live_bytes, w->vb);
+        sub_var(&p->live_count, w->vc);
     }
 }
 
