@@ -153,9 +153,10 @@ static int prof_init(prof *p, mlz_reader *r, mlz_error *err)
 
 /* An ALLOC: live at its site from now on; counted as allocated inside the
  * window. An address allocated again without a FREE we saw ends the old
- * object first. */
-static int on_alloc(prof *p, uint64_t addr, uint64_t size, uint64_t stack_id, uint16_t thread,
-                    uint64_t t_us, int in_window)
+ * object first. (on_alloc and on_free are inlined into both replay loops:
+ * as calls they cost 35-40 instructions per event, a tenth of `stats`.) */
+static inline __attribute__((always_inline)) int
+on_alloc(prof *p, uint64_t addr, uint64_t size, uint64_t stack_id, uint16_t thread, uint64_t t_us, int in_window)
 {
     /* Runs of ALLOCs from one stack are common: the last one's site. */
     if (!p->last_stack_ok || stack_id != p->last_stack) {
@@ -193,7 +194,8 @@ static int on_alloc(prof *p, uint64_t addr, uint64_t size, uint64_t stack_id, ui
 
 /* A FREE of a recorded object: it leaves the live heap, and counts as
  * temporary when it lived at most temp_us inside the window. */
-static void on_free(prof *p, uint64_t addr, uint64_t t_us, int in_window, uint64_t temp_us)
+static inline __attribute__((always_inline)) void
+on_free(prof *p, uint64_t addr, uint64_t t_us, int in_window, uint64_t temp_us)
 {
     addr_obj *o = addrmap_find(&p->live, addr);
     if (!o) {
