@@ -33,10 +33,10 @@
 #include "mlz_format.h"
 #include "spool_records.h"
 #include "varint.h"
+#include "waker.h"
 
 #include <errno.h>
 #include <fcntl.h>
-#include <linux/futex.h>
 #include <pthread.h>
 #include <sys/prctl.h>
 #include <sys/statvfs.h>
@@ -52,6 +52,7 @@
 #define MAX_RINGS 1024
 #define DRAIN_PERIOD_NS (10 * 1000 * 1000)      /* sampled mode, rings quiet */
 #define DRAIN_BUSY_NS   (1000 * 1000)           /* exact mode, or rings filling */
+#define FLUSH_WAIT_NS   (200 * 1000 * 1000)     /* a flush request waits at most this */
 #define PUSH_WAIT_NS    (1000ull * 1000 * 1000) /* longest wait for room: a FREE, or exact mode */
 #define RAISE_GAP_NS    (5ull * 1000 * 1000)    /* shortest time between two rate raises */
 #define ALLOC_WAIT_NS   (4 * RAISE_GAP_NS)      /* longest wait of a sampled ALLOC */
@@ -206,9 +207,9 @@ mlz_unwind_cache *mlz__unwind_cache(mlz_ring *r)
     return r->ucache;
 }
 
-/* The futex word the drain thread sleeps on: flush requests (below) and a
- * ring getting half full wake it; its flushes wake the requester. */
-static _Atomic uint32_t flush_wake;
+/* What the drain thread sleeps on (core/waker.h): flush requests (below)
+ * and a ring getting half full wake it; its flushes wake the requester. */
+static mlz_waker flush_wake;
 
 /* Records in the ring once the owner's head is h. */
 static uint64_t ring_fill(mlz_ring *r, uint64_t h)
@@ -218,7 +219,7 @@ static uint64_t ring_fill(mlz_ring *r, uint64_t h)
 
 static MLZ_COLD MLZ_NOINLINE void wake_drain(void)
 {
-    syscall(SYS_futex, &flush_wake, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+    mlz_waker_wake(&flush_wake);
 }
 
 /* Yields until the drain thread made room, for limit_ns at most. A
@@ -586,14 +587,15 @@ static void *drain_main(void *arg)
     pthread_sigmask(SIG_SETMASK, &all, NULL);
     unsigned round = 0;
     long period = mlz__g.rate <= 1 ? DRAIN_BUSY_NS : DRAIN_PERIOD_NS;
+    uint32_t seen = mlz_waker_seen(&flush_wake);
     while (atomic_load(&drain_gen) == gen) {
-        /* A futex sleep, so that a flush request (an exec waiting) wakes us
-         * at once; the check before it catches a request made earlier. */
-        struct timespec ts = { 0, period };
-        uint32_t w = atomic_load(&flush_wake);
+        /* A sleep that a flush request (an exec waiting) or a half-full
+         * ring ends at once, also one made during the last round: `seen`
+         * was read before it. The check catches a request made earlier. */
         if (!period) sched_yield();
         else if (atomic_load(&flush_req) == atomic_load(&flush_done))
-            syscall(SYS_futex, &flush_wake, FUTEX_WAIT_PRIVATE, w, &ts, NULL, 0);
+            mlz_waker_wait(&flush_wake, seen, period);
+        seen = mlz_waker_seen(&flush_wake);      /* before this round reads the rings */
         uint64_t fr = atomic_load(&flush_req);   /* before d: covers what was pushed */
         if (atomic_load(&drain_gen) != gen) break;   /* detached while asleep: its memory may be gone */
         if (mlz_modtab_changed()) mlz_modtab_refresh();
@@ -613,8 +615,7 @@ static void *drain_main(void *arg)
             if (mlz_writer_end_block(&spool))
                 atomic_fetch_add_explicit(&mlz__g.c.spool_errors, 1, memory_order_relaxed);
             atomic_store(&flush_done, fr);
-            atomic_fetch_add(&flush_wake, 1);       /* the waiter sleeps on it too */
-            syscall(SYS_futex, &flush_wake, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+            mlz_waker_wake(&flush_wake);           /* the waiter sleeps on it too */
         }
         if (++round % 100 == 0) {
             reclaim_rings();
@@ -781,13 +782,14 @@ int mlz__drain_flush(void)
 {
     if (!atomic_load(&drain_running)) return -1;
     uint64_t want = atomic_fetch_add(&flush_req, 1) + 1;
-    atomic_fetch_add(&flush_wake, 1);
-    syscall(SYS_futex, &flush_wake, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
-    for (int i = 0; i < 200 && atomic_load(&flush_done) < want && atomic_load(&drain_running); i++) {
-        uint32_t w = atomic_load(&flush_wake);
-        struct timespec ts = { 0, 1000000 };
-        if (atomic_load(&flush_done) < want)
-            syscall(SYS_futex, &flush_wake, FUTEX_WAIT_PRIVATE, w, &ts, NULL, 0);
+    mlz_waker_wake(&flush_wake);
+    /* Bounded by time, not by wake-ups: pushes of busy threads wake this
+     * word too. */
+    uint64_t t0 = mlz__now_ns();
+    while (atomic_load(&flush_done) < want && atomic_load(&drain_running) &&
+           mlz__now_ns() - t0 < FLUSH_WAIT_NS) {
+        uint32_t seen = mlz_waker_seen(&flush_wake);
+        if (atomic_load(&flush_done) < want) mlz_waker_wait(&flush_wake, seen, 1000000);
     }
     return atomic_load(&flush_done) >= want ? 0 : -1;
 }
