@@ -710,7 +710,8 @@ static int ahead_take(mlz_reader *r, uint64_t off, uint64_t *next, mlz_error *er
 {
     read_ahead *a = r->ahead;
     if (!a || !a->asked) return 0;
-    if (a->off == off && a->spare_off == NO_BLOCK && mlz_worker_busy(&a->w)) decode_beside(r, a, off);
+    /* (spare_take emptied the spare: it is free for the next block.) */
+    if (a->off == off && mlz_worker_busy(&a->w)) decode_beside(r, a, off);
     mlz_worker_wait(&a->w);
     a->asked = 0;
     if (a->off != off) return 0;

@@ -46,11 +46,6 @@ int addrmap_put(addrmap *m, const addr_obj *o, addr_obj *old)
     return had;
 }
 
-const addr_obj *addrmap_get(const addrmap *m, uint64_t addr)
-{
-    return addrmap_find(m, addr);
-}
-
 void addrmap_remove_at(addrmap *m, addr_obj *o)
 {
     /* Backward shift: pull later members of the cluster into the hole when

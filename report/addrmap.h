@@ -73,8 +73,6 @@ void addrmap_free(addrmap *m);
 int  addrmap_put(addrmap *m, const addr_obj *o, addr_obj *old);
 /* Removes addr; 1 and *out when it was present, else 0. */
 int  addrmap_take(addrmap *m, uint64_t addr, addr_obj *out);
-/* The object at addr, or NULL (valid until the map changes). */
-const addr_obj *addrmap_get(const addrmap *m, uint64_t addr);
 /* Calls fn for every object (any order). */
 void addrmap_each(const addrmap *m, void (*fn)(const addr_obj *, void *), void *arg);
 

@@ -36,7 +36,7 @@ typedef struct walk {
 static void visit(const addr_obj *o, void *arg)
 {
     walk *w = arg;
-    const addr_obj *x = addrmap_get(&w->other->live, o->addr);
+    const addr_obj *x = addrmap_find(&w->other->live, o->addr);
     if (x && x->time_us == o->time_us && x->size == o->size && w->site_other[x->site] == w->site_self[o->site])
         return;
     w->fn(w->arg, w->self, o, w->sign);

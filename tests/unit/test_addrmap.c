@@ -17,7 +17,7 @@ static int agrees(const addrmap *m)
 {
     size_t live = 0;
     for (uint64_t i = 0; i < NADDR; i++) {
-        const addr_obj *o = addrmap_get(m, addr_of(i));
+        const addr_obj *o = addrmap_find(m, addr_of(i));
         if (model[i].live != (o != NULL)) return 0;
         if (o && o->size != model[i].size) return 0;
         live += model[i].live;
