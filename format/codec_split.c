@@ -25,6 +25,7 @@
  * zstd, whose entropy coder sees one kind of symbol at a time.
  */
 #include "codec_split.h"
+#include "crc32.h"
 #include "growbuf.h"
 #include "mlz_format.h"
 #include "varint.h"
@@ -248,7 +249,7 @@ int mlz_split_meta_unpack(const uint8_t *in, size_t len, char **json, size_t *js
 
 uint32_t mlz_split_crc(const uint8_t *p, size_t n)
 {
-    return (uint32_t)crc32(crc32(0L, Z_NULL, 0), p, (uInt)n);
+    return mlz_crc32(p, n);
 }
 
 /* ------------------------------------------------------------ the models */
@@ -573,11 +574,14 @@ long mlz_split_encode(mlz_split_codec *c, const uint8_t *v1, size_t len, const u
 static size_t varint_bytes(const uint8_t *restrict p, uint32_t n, unsigned w, const uint64_t *v)
 {
     size_t sum = n;
+    uint32_t t = 0;   /* at most 2n: 32-bit lanes vectorise four times wider than size_t */
     if (w == 1) {
-        for (uint32_t i = 0; i < n; i++) sum += p[i] >> 7;
+        for (uint32_t i = 0; i < n; i++) t += p[i] >> 7;
+        sum += t;
     } else if (w == 2) {
         const uint8_t *restrict hi = p + n;
-        for (uint32_t i = 0; i < n; i++) sum += ((hi[i] | (p[i] >> 7)) != 0) + (hi[i] >= 0x40);
+        for (uint32_t i = 0; i < n; i++) t += ((hi[i] | (p[i] >> 7)) != 0) + (hi[i] >= 0x40);
+        sum += t;
     } else if (w > 2) {
         sum = 0;
         for (uint32_t i = 0; i < n; i++) sum += mlz_varint_len(v[i]);
@@ -774,7 +778,16 @@ static int decode_sizes(model *m, const uint8_t *sc, const uint64_t *lit, uint32
  * 1 if they are all one thread. */
 static int decode_threads(const uint64_t *x, uint32_t na, uint16_t *restrict th)
 {
-    uint16_t prev = 0, first = na ? (uint16_t)x[0] : 0, other = 0;
+    /* Most blocks are of one thread: every XOR after the first is 0. The
+     * check and the fill vectorise; the running XOR below does not. */
+    uint64_t rest = 0;
+    for (uint32_t i = 1; i < na; i++) rest |= x[i];
+    if (!rest) {
+        uint16_t t = na ? (uint16_t)x[0] : 0;
+        for (uint32_t i = 0; i < na; i++) th[i] = t;
+        return 1;
+    }
+    uint16_t prev = 0, first = (uint16_t)x[0], other = 0;
     for (uint32_t i = 0; i < na; i++) {
         prev = (uint16_t)(prev ^ x[i]);
         th[i] = prev;
@@ -827,12 +840,14 @@ event_pass_run(mlz_split_codec *c, const event_pass *e, const int model2, const 
 {
     model *m = &c->m;
     const uint8_t *restrict kind = e->kind, *restrict ac = e->ac;
-    const uint64_t *restrict addr_lit = e->addr_lit, *restrict flits = e->flits;
+    /* Literals are taken without a bound check; the counts are checked at
+     * the end (the columns have room for n + 1 values, more than codes 0). */
+    const uint64_t *restrict al = e->addr_lit, *restrict fl = e->flits;
     const uint32_t *restrict fidx = c->free_idx;
     const uint64_t *restrict a_size = c->cols.a_size;
     const uint16_t *restrict a_thread = c->cols.a_thread, *restrict slot = c->slot;
     uint64_t *restrict a_addr = c->cols.a_addr, *restrict f_addr = c->cols.f_addr;
-    uint32_t ai = 0, fi = 0, li = 0, fli = 0;
+    uint32_t ai = 0, fi = 0;
     uint64_t last_addr = 0;   /* one_thread: the address base */
     for (uint32_t i = 0; i < e->n; i++) {
         uint8_t t = kind[i];
@@ -843,8 +858,7 @@ event_pass_run(mlz_split_codec *c, const event_pass *e, const int model2, const 
                 /* Writers code the first match (docs/FORMAT.md); readers do
                  * not re-check it: the CRC guards the bytes, and a different
                  * choice would still decode to the same events. */
-                if (li == e->nal) BAD("more address codes 0 than address literals (%u)", e->nal);
-                addr = (one_thread ? last_addr : addr_base(m, a_thread[ai])) + unzz(addr_lit[li++]);
+                addr = (one_thread ? last_addr : addr_base(m, a_thread[ai])) + unzz(*al++);
             } else if (model2 && a <= MLZ_SPLIT_REUSE_DEPTH) {
                 unsigned rs = slot[ai];
                 unsigned r = c->nth_bit[m->row_state[rs] >> 8][a - 1];
@@ -876,15 +890,33 @@ event_pass_run(mlz_split_codec *c, const event_pass *e, const int model2, const 
                 if (model2) row_push(m, slot[o], addr);
                 else reuse_push(m, a_size[o], addr);
             } else {
-                if (fli == e->nfl) BAD("more free references 0 than free literals (%u)", e->nfl);
-                addr = m->prev_free_lit + unzz(flits[fli++]);
+                addr = m->prev_free_lit + unzz(*fl++);
                 m->prev_free_lit = addr;
             }
             f_addr[fi++] = addr;
         }
     }
-    if (li != e->nal || fli != e->nfl) BAD("literal columns hold more values than codes 0");
+    if (al != e->addr_lit + e->nal) BAD("%u address literals for %zu address codes 0", e->nal, (size_t)(al - e->addr_lit));
+    if (fl != e->flits + e->nfl) BAD("%u free literals for %zu free references 0", e->nfl, (size_t)(fl - e->flits));
     return 0;
+}
+
+/* The pass's copies, each a function of its own: inlined into
+ * mlz_split_decode, the loop ran short of registers and kept its indices
+ * on the stack, adding a store-to-load delay to every FREE. */
+static __attribute__((noinline)) int event_pass_model1(mlz_split_codec *c, const event_pass *e, char *why, size_t whylen)
+{
+    return event_pass_run(c, e, 0, 0, why, whylen);
+}
+
+static __attribute__((noinline)) int event_pass_one_thread(mlz_split_codec *c, const event_pass *e, char *why, size_t whylen)
+{
+    return event_pass_run(c, e, 1, 1, why, whylen);
+}
+
+static __attribute__((noinline)) int event_pass_threads(mlz_split_codec *c, const event_pass *e, char *why, size_t whylen)
+{
+    return event_pass_run(c, e, 1, 0, why, whylen);
 }
 
 /* Pass 5, for blocks that have them: the GC, MARKER and extension events'
@@ -971,9 +1003,9 @@ int mlz_split_decode(mlz_split_codec *c, const uint8_t *payload, size_t len,
     };
     /* One copy of the pass per model, and one for blocks of a single thread
      * (most: their address base is simply the previous ALLOC's address). */
-    int rc = c->model != 2 ? event_pass_run(c, &e, 0, 0, why, whylen)
-           : one_thread    ? event_pass_run(c, &e, 1, 1, why, whylen)
-                           : event_pass_run(c, &e, 1, 0, why, whylen);
+    int rc = c->model != 2 ? event_pass_model1(c, &e, why, whylen)
+           : one_thread    ? event_pass_one_thread(c, &e, why, whylen)
+                           : event_pass_threads(c, &e, why, whylen);
     if (rc) return -1;
     const uint8_t *oth = S[MLZ_S_OTHER].p;
     long olen = na + nf == n ? 0 : other_pass(kind, n, oth, oth + S[MLZ_S_OTHER].len, why, whylen);

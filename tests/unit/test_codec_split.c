@@ -264,6 +264,11 @@ static void test_bad_address_codes_rejected(void)
     CHECK(decode_with(c, 3, MLZ_S_ADDR_CODE, rank2, 2, why, sizeof why) == -1 && strstr(why, "names no freed block"));
     CHECK(decode_with(c, 3, MLZ_S_ADDR_CODE, back2, 2, why, sizeof why) == -1 && strstr(why, "before the block's first"));
     CHECK(decode_with(c, 3, MLZ_S_ADDR_CODE, last, 2, why, sizeof why) == -1 && strstr(why, "before the block's first"));
+    /* Two codes 0 for the one literal: the count is checked after the pass,
+     * which takes literals unchecked. */
+    const uint8_t lit2[2] = { 0, 0 };
+    CHECK(decode_with(c, 3, MLZ_S_ADDR_CODE, lit2, 2, why, sizeof why) == -1 &&
+          strstr(why, "1 address literals for 2 address codes 0"));
     /* The row entry was taken: a second ALLOC cannot take it again. */
     v1_alloc(&v, 0, 0x1000, 48, 0, 1);
     CHECK(roundtrip(c, &v) == 0);
