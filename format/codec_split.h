@@ -44,6 +44,7 @@ enum mlz_split_stream {
 typedef struct mlz_split_cols {
     uint32_t n, nalloc, nfree, cap;
     uint64_t raw_len;                 /* v1 bytes of these events */
+    uint64_t alloc_v1_bytes, free_v1_bytes;   /* ... of the ALLOCs, and of the FREEs */
     uint64_t delta_sum;               /* the deltas' sum (mod 2^64): the block's span */
     uint64_t stack_lo, stack_hi;      /* the smallest and largest stack id (if nalloc) */
     uint8_t  *kind;                   /* [n] event types */

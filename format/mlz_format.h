@@ -252,6 +252,8 @@ typedef struct mlz_block_view {
     const uint64_t *f_addr;     /* [nfree] */
     const uint32_t *o_len;      /* [n - nalloc - nfree] v1 length of each other event */
     const uint64_t *o_name;     /* [n - nalloc - nfree] a MARKER's function id (0 for others) */
+    uint64_t alloc_v1_bytes;    /* v1 length of the block's ALLOCs together */
+    uint64_t free_v1_bytes;     /* ... and of its FREEs */
 } mlz_block_view;
 int  mlz_reader_next_block(mlz_reader *r, mlz_block_view *b, mlz_error *err);
 

@@ -980,6 +980,8 @@ int mlz_reader_next_block(mlz_reader *r, mlz_block_view *b, mlz_error *err)
     b->a_stack = c->a_stack;
     b->a_thread = c->a_thread;
     b->f_addr = c->f_addr;
+    b->alloc_v1_bytes = c->alloc_v1_bytes;
+    b->free_v1_bytes = c->free_v1_bytes;
     r->time_us += c->delta_sum;
     r->events += c->n;
     r->sp_i = r->sp_n = 0;

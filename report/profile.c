@@ -156,7 +156,8 @@ static int prof_init(prof *p, mlz_reader *r, mlz_error *err)
  * object first. (on_alloc and on_free are inlined into both replay loops:
  * as calls they cost 35-40 instructions per event, a tenth of `stats`.) */
 static inline __attribute__((always_inline)) int
-on_alloc(prof *p, uint64_t addr, uint64_t size, uint64_t stack_id, uint16_t thread, uint64_t t_us, int in_window)
+on_alloc(prof *p, uint64_t addr, uint64_t size, uint64_t stack_id, uint16_t thread, uint64_t t_us, int in_window,
+         const int exact)
 {
     /* Runs of ALLOCs from one stack are common: the last one's site. */
     if (!p->last_stack_ok || stack_id != p->last_stack) {
@@ -167,7 +168,8 @@ on_alloc(prof *p, uint64_t addr, uint64_t size, uint64_t stack_id, uint16_t thre
     }
     uint32_t si = p->last_site;
     prof_site *s = &p->sites[si];
-    weights w = weights_of(size, p->rates.v[p->rates.cur]);
+    /* exact (a constant in each copy): every rate so far is 1. */
+    weights w = exact ? (weights){ (double)size, 1, 0, 0, 1 } : weights_of(size, p->rates.v[p->rates.cur]);
     int had;
     addr_obj *o = addrmap_slot(&p->live, addr, &had);
     if (!o) return -1;
@@ -183,8 +185,13 @@ on_alloc(prof *p, uint64_t addr, uint64_t size, uint64_t stack_id, uint16_t thre
     p->live_samples++;
     if (in_window) {
         s->samples++;
-        add(&s->alloc_bytes, w.wb, w.vb);
-        add(&s->alloc_count, w.wc, w.vc);
+        if (exact) {   /* adding variances of 0 would change nothing */
+            s->alloc_bytes.value += w.wb;
+            s->alloc_count.value += w.wc;
+        } else {
+            add(&s->alloc_bytes, w.wb, w.vb);
+            add(&s->alloc_count, w.wc, w.vc);
+        }
     }
     live_move(p, s, &w, 1);
     if (s->live_bytes.value > s->peak_bytes) { s->peak_bytes = s->live_bytes.value; s->peak_us = t_us; }
@@ -195,7 +202,7 @@ on_alloc(prof *p, uint64_t addr, uint64_t size, uint64_t stack_id, uint16_t thre
 /* A FREE of a recorded object: it leaves the live heap, and counts as
  * temporary when it lived at most temp_us inside the window. */
 static inline __attribute__((always_inline)) void
-on_free(prof *p, uint64_t addr, uint64_t t_us, int in_window, uint64_t temp_us)
+on_free(prof *p, uint64_t addr, uint64_t t_us, int in_window, uint64_t temp_us, const int exact)
 {
     addr_obj *o = addrmap_find(&p->live, addr);
     if (!o) {
@@ -205,8 +212,15 @@ on_free(prof *p, uint64_t addr, uint64_t t_us, int in_window, uint64_t temp_us)
     prof_site *s = &p->sites[o->site];
     uint64_t rate = p->rates.v[o->rate_idx], size = o->size, born = o->time_us;
     addrmap_remove_at(&p->live, o);
-    weights w = weights_of(size, rate);
-    if (in_window && t_us - born <= temp_us) site_add_w(&s->temp_bytes, &s->temp_count, size, rate, 1);
+    weights w = exact ? (weights){ (double)size, 1, 0, 0, 1 } : weights_of(size, rate);
+    if (in_window && t_us - born <= temp_us) {
+        if (exact) {
+            s->temp_bytes.value += w.wb;
+            s->temp_count.value += w.wc;
+        } else {
+            site_add_w(&s->temp_bytes, &s->temp_count, size, rate, 1);
+        }
+    }
     live_move(p, s, &w, -1);
     /* Exact zero when nothing is left: no floating-point residue. */
     if (--s->live_samples == 0) s->live_bytes = s->live_count = (est){ 0, 0 };
@@ -235,9 +249,9 @@ static int replay_events(prof *p, mlz_reader *r, const prof_opts *opt, mlz_error
         int in_window = ev.time_us >= opt->from_us;
         count_event(p, ev.type, ev.enc_len, ev.time_us);
         if (ev.type == MLZ_EV_ALLOC) {
-            if (on_alloc(p, ev.addr, ev.size, ev.stack_id, ev.thread, ev.time_us, in_window)) return oom(err);
+            if (on_alloc(p, ev.addr, ev.size, ev.stack_id, ev.thread, ev.time_us, in_window, 0)) return oom(err);
         } else if (ev.type == MLZ_EV_FREE) {
-            on_free(p, ev.addr, ev.time_us, in_window, opt->temp_us);
+            on_free(p, ev.addr, ev.time_us, in_window, opt->temp_us, 0);
         } else if (ev.type == MLZ_EV_MARKER) {
             ratetab_marker(&p->rates, p->meta, ev.name_id);
         }
@@ -245,35 +259,78 @@ static int replay_events(prof *p, mlz_reader *r, const prof_opts *opt, mlz_error
     return rc;
 }
 
-/* Split-stream files, a block of columns at a time: the same steps as
- * replay_events without building an event (the v1 length of an ALLOC or
- * FREE follows from its fields). */
+/* One block of columns: the same steps as replay_events without building
+ * an event (the v1 length of an ALLOC or FREE follows from its fields).
+ * 1 at the end of the window, -1 out of memory, else 0.
+ * fast (a constant in each copy): a block of ALLOCs and FREEs alone,
+ * replayed with no end to the window while the only rate seen is 1 (an
+ * exact trace). Its weights are the sizes themselves (no variances, no
+ * rate lookups), and it is counted whole after its loop, with the byte
+ * totals the decoder gives, not event by event. Its sums are the same, in
+ * the same order. */
+static inline __attribute__((always_inline)) int
+replay_block(prof *p, const mlz_block_view *b, const prof_opts *opt, const int fast)
+{
+    /* In locals: the stores into p would otherwise make the compiler load
+     * the columns' pointers (and the window) again at every event. */
+    const uint8_t *restrict kind = b->kind;
+    const uint64_t *restrict delta = b->delta, *restrict a_addr = b->a_addr, *restrict a_size = b->a_size,
+                   *restrict a_stack = b->a_stack, *restrict f_addr = b->f_addr;
+    const uint16_t *restrict a_thread = b->a_thread;
+    const uint64_t from_us = opt->from_us, until_us = opt->until_us, temp_us = opt->temp_us;
+    const uint32_t n = b->n;
+    uint64_t t = b->base_us;
+    uint32_t a = 0, f = 0, o = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        t += delta[i];
+        if (!fast && t > until_us) return 1;
+        int in_window = t >= from_us;
+        int type = kind[i];
+        size_t len = 0;
+        if (type == MLZ_EV_ALLOC) {
+            if (!fast) len = mlz_v1_alloc_len(delta[i], a_size[a], a_stack[a]);
+            if (on_alloc(p, a_addr[a], a_size[a], a_stack[a], a_thread[a], t, in_window, fast)) return -1;
+            a++;
+        } else if (fast || type == MLZ_EV_FREE) {
+            if (!fast) len = mlz_v1_free_len(delta[i]);
+            on_free(p, f_addr[f++], t, in_window, temp_us, fast);
+        } else {
+            if (type == MLZ_EV_MARKER) ratetab_marker(&p->rates, p->meta, b->o_name[o]);
+            len = b->o_len[o++];
+        }
+        if (!fast) count_event(p, type, len, t);
+    }
+    if (fast && b->n) {
+        p->count[MLZ_EV_ALLOC] += b->nalloc;
+        p->count[MLZ_EV_FREE] += b->nfree;
+        p->enc_bytes[MLZ_EV_ALLOC] += b->alloc_v1_bytes;
+        p->enc_bytes[MLZ_EV_FREE] += b->free_v1_bytes;
+        p->events += b->n;
+        p->last_us = t;
+    }
+    return 0;
+}
+
+static __attribute__((noinline)) int replay_block_fast(prof *p, const mlz_block_view *b, const prof_opts *opt)
+{
+    return replay_block(p, b, opt, 1);
+}
+
+static __attribute__((noinline)) int replay_block_any(prof *p, const mlz_block_view *b, const prof_opts *opt)
+{
+    return replay_block(p, b, opt, 0);
+}
+
+/* Split-stream files, a block of columns at a time. */
 static int replay_blocks(prof *p, mlz_reader *r, const prof_opts *opt, mlz_error *err)
 {
     mlz_block_view b;
     int rc;
     while ((rc = mlz_reader_next_block(r, &b, err)) == 1) {
-        uint64_t t = b.base_us;
-        uint32_t a = 0, f = 0, o = 0;
-        for (uint32_t i = 0; i < b.n; i++) {
-            t += b.delta[i];
-            if (t > opt->until_us) return 1;
-            int in_window = t >= opt->from_us;
-            int type = b.kind[i];
-            size_t len;
-            if (type == MLZ_EV_ALLOC) {
-                len = mlz_v1_alloc_len(b.delta[i], b.a_size[a], b.a_stack[a]);
-                if (on_alloc(p, b.a_addr[a], b.a_size[a], b.a_stack[a], b.a_thread[a], t, in_window)) return oom(err);
-                a++;
-            } else if (type == MLZ_EV_FREE) {
-                len = mlz_v1_free_len(b.delta[i]);
-                on_free(p, b.f_addr[f++], t, in_window, opt->temp_us);
-            } else {
-                if (type == MLZ_EV_MARKER) ratetab_marker(&p->rates, p->meta, b.o_name[o]);
-                len = b.o_len[o++];
-            }
-            count_event(p, type, len, t);
-        }
+        int fast = p->rates.n == 1 && p->rates.v[0] <= 1 && b.n == b.nalloc + b.nfree && opt->until_us == UINT64_MAX;
+        int end = fast ? replay_block_fast(p, &b, opt) : replay_block_any(p, &b, opt);
+        if (end < 0) return oom(err);
+        if (end) return 1;
     }
     return rc;
 }

@@ -68,6 +68,18 @@ check "top --at: split and v1 agree" cmp "$T/at.split" "$T/at.v1"
 "$MEMLYZE" timeline "$T/d.mlyze" -o "$T/tl.split.svg" --title t >/dev/null
 "$MEMLYZE" timeline "$T/d.v1" -o "$T/tl.v1.svg" --title t >/dev/null
 check "timeline: split (by blocks) and v1 agree" cmp "$T/tl.split.svg" "$T/tl.v1.svg"
+# A whole exact trace: split blocks take the replay that weighs objects by
+# their sizes and counts each block at once (report/profile.c), v1 the
+# event loop. The same reports, byte counts per kind included.
+for c in "top --json" "top --json --by peak" "leaks --age 0 --json" "temporary --json"; do
+    "$MEMLYZE" $c "$T/d.mlyze" 2>&1 | grep -v '"file"' > "$T/r.split"
+    "$MEMLYZE" $c "$T/d.v1" 2>&1 | grep -v '"file"' > "$T/r.v1"
+    check "$c: split and v1 agree" cmp "$T/r.split" "$T/r.v1"
+done
+"$MEMLYZE" stats "$T/d.mlyze" | grep -E '^  (alloc|free) ' > "$T/s.split"
+"$MEMLYZE" stats "$T/d.v1" | grep -E '^  (alloc|free) ' > "$T/s.v1"
+check "stats: split and v1 agree on events and bytes per kind ($(tr -s ' ' < "$T/s.split" | tr '\n' ';'))" \
+    bash -c "test -s '$T/s.split' && cmp '$T/s.split' '$T/s.v1'"
 
 # Damage: a truncated file and a flipped byte in a block.
 size=$(stat -c %s "$T/d.mlyze")

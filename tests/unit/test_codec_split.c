@@ -87,6 +87,17 @@ static int roundtrip(mlz_split_codec *enc, const v1buf *v)
         const mlz_split_cols *c = mlz_split_columns(dec);
         size_t len = mlz_split_to_v1(c, out);
         if (len == v->n && c->raw_len == v->n && !memcmp(out, v->b, len)) rc = 0;
+        /* The per-kind byte counts the reports take whole. */
+        uint64_t ab = 0, fb = 0;
+        for (uint32_t i = 0, a = 0; i < c->n; i++) {
+            if (c->kind[i] == MLZ_EV_ALLOC) ab += mlz_v1_alloc_len(c->delta[i], c->a_size[a], c->a_stack[a]), a++;
+            else if (c->kind[i] == MLZ_EV_FREE) fb += mlz_v1_free_len(c->delta[i]);
+        }
+        if (ab != c->alloc_v1_bytes || fb != c->free_v1_bytes) {
+            fprintf(stderr, "  v1 bytes by kind: %llu/%llu, columns say %llu/%llu\n", (unsigned long long)ab,
+                    (unsigned long long)fb, (unsigned long long)c->alloc_v1_bytes, (unsigned long long)c->free_v1_bytes);
+            rc = -1;
+        }
     } else {
         fprintf(stderr, "  decode: %s\n", why);
     }
