@@ -1,6 +1,6 @@
 /*
  * test_heapseries.c - the timeline's buckets against a model that divides
- * every event's time by the bucket width, as the first version did: events
+ * every event's time by the final bucket width: events
  * exactly on bucket edges, long runs in one bucket, jumps that merge the
  * buckets many times over, and a v1 file and its split conversion (block
  * replay) giving the same series.
@@ -21,39 +21,25 @@ static uint8_t wbuf[1 << 20], zbuf[MLZ_LZ4_BOUND];
 
 typedef struct ev { uint64_t t, addr, size; int alloc; } ev;
 
-/* The model: live bytes after each event, into buckets found by division. */
+/* The model, by another road than the replay's merges: the final width is
+ * the smallest power of two that puts the last event within HS_BUCKETS;
+ * every event then goes straight into its bucket at that width (merging
+ * pairs keeps the lowest, the highest and the later last, so the two must
+ * agree). */
 typedef struct model { uint64_t width; hs_bucket b[HS_BUCKETS]; double peak; } model;
-
-static void model_merge(model *m)
-{
-    for (size_t i = 0; i < HS_BUCKETS / 2; i++) {
-        hs_bucket a = m->b[2 * i], c = m->b[2 * i + 1], n = a;
-        if (a.used && c.used) {
-            n.min = a.min < c.min ? a.min : c.min;
-            n.max = a.max > c.max ? a.max : c.max;
-            n.last = c.last;
-        } else if (c.used) {
-            n = c;
-        }
-        m->b[i] = n;
-    }
-    memset(&m->b[HS_BUCKETS / 2], 0, sizeof m->b / 2);
-    m->width *= 2;
-}
 
 static void model_run(model *m, const ev *e, size_t n)
 {
     memset(m, 0, sizeof *m);
     m->width = 1;
+    while (n && (e[n - 1].t - START) / m->width >= HS_BUCKETS) m->width *= 2;
     double v = 0;
     for (size_t i = 0; i < n; i++) {
         v += e[i].alloc ? (double)e[i].size : -(double)e[i].size;
-        uint64_t off = e[i].t - START;
-        while (off / m->width >= HS_BUCKETS) model_merge(m);
-        hs_bucket *b = &m->b[off / m->width];
-        if (!b->used) b->used = 1, b->min = b->max = v;
-        if (v < b->min) b->min = v;
-        if (v > b->max) b->max = v;
+        hs_bucket *b = &m->b[(e[i].t - START) / m->width];
+        if (!b->used || v < b->min) b->min = v;
+        if (!b->used || v > b->max) b->max = v;
+        b->used = 1;
         b->last = v;
         if (v > m->peak) m->peak = v;
     }
