@@ -43,9 +43,9 @@ static void record(hs_state *s, uint64_t t, double v, double var)
 {
     heapseries *h = s->h;
     uint64_t off = t > h->start_us ? t - h->start_us : 0;
-    /* Most events fall in the last one's bucket: two 64-bit divisions per
-     * event were a tenth of `timeline`. (Unsigned: off before b_lo wraps
-     * and recomputes; buckets only change here.) */
+    /* Most events fall in the last one's bucket, and skip the two 64-bit
+     * divisions. (Unsigned: off before b_lo wraps and recomputes; buckets
+     * only change here.) */
     if (off - s->b_lo >= h->width_us) {
         while (off / h->width_us >= HS_BUCKETS) merge_pairs(h);
         s->b_idx = off / h->width_us;
