@@ -804,7 +804,7 @@ static int next_split_event(mlz_reader *r, mlz_event *ev, mlz_error *err)
     int t = c->kind[i];
     uint64_t d = c->delta[i], time = r->time_us + d;
     /* Whole-struct literals: the fields not named are zero, without the
-     * call to memset that was a fifth of this function. */
+     * call to memset that was a quarter of this function. */
     if (t == MLZ_EV_ALLOC) {
         uint32_t a = r->sp_a++;
         uint64_t size = c->a_size[a], stack = c->a_stack[a];
