@@ -95,12 +95,34 @@ int mlz_sampler_follow(mlz_sampler_tls *t, unsigned d);
 /* Weights, shared with the reader: pure functions of (req, rate).
  * p = P(an allocation of req bytes is sampled); 1.0 when rate <= 1. */
 double mlz_sample_prob(uint64_t req, uint64_t rate);
-double mlz_weight_bytes(uint64_t req, uint64_t rate); /* req / p */
-double mlz_weight_count(uint64_t req, uint64_t rate); /* 1 / p   */
 /* Per-sample terms of the unbiased Horvitz-Thompson variance estimate:
  * Var(sum) ~= sum over samples of these. A 95% interval for a total is
- * est +- 1.96 * sqrt(sum var). */
-double mlz_var_bytes(uint64_t req, uint64_t rate); /* req^2 (1-p) / p^2 */
-double mlz_var_count(uint64_t req, uint64_t rate); /* (1-p) / p^2       */
+ * est +- 1.96 * sqrt(sum var).
+ * Exact traces (rate <= 1) are answered inline: the readers' replays ask
+ * for every event. sampler_weights.c computes the sampled case. */
+double mlz__weight_bytes(uint64_t req, uint64_t rate);
+double mlz__weight_count(uint64_t req, uint64_t rate);
+double mlz__var_bytes(uint64_t req, uint64_t rate);
+double mlz__var_count(uint64_t req, uint64_t rate);
+
+static inline double mlz_weight_bytes(uint64_t req, uint64_t rate)   /* req / p */
+{
+    return rate <= 1 ? (double)req : mlz__weight_bytes(req, rate);
+}
+
+static inline double mlz_weight_count(uint64_t req, uint64_t rate)   /* 1 / p */
+{
+    return rate <= 1 ? 1.0 : mlz__weight_count(req, rate);
+}
+
+static inline double mlz_var_bytes(uint64_t req, uint64_t rate)      /* req^2 (1-p) / p^2 */
+{
+    return rate <= 1 ? 0.0 : mlz__var_bytes(req, rate);
+}
+
+static inline double mlz_var_count(uint64_t req, uint64_t rate)      /* (1-p) / p^2 */
+{
+    return rate <= 1 ? 0.0 : mlz__var_count(req, rate);
+}
 
 #endif

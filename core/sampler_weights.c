@@ -24,30 +24,25 @@ static double miss_prob(uint64_t req, uint64_t rate)
     return exp(-((double)req + 1.0) / (double)rate);
 }
 
-/* Exact traces (rate 1) take the early returns: no divisions in the
- * readers' replay of every event. */
-double mlz_weight_bytes(uint64_t req, uint64_t rate)
+/* The sampled case (rate > 1): sampler.h answers rate <= 1 inline. */
+double mlz__weight_bytes(uint64_t req, uint64_t rate)
 {
-    if (rate <= 1) return (double)req;
     return (double)req / mlz_sample_prob(req, rate);
 }
 
-double mlz_weight_count(uint64_t req, uint64_t rate)
+double mlz__weight_count(uint64_t req, uint64_t rate)
 {
-    if (rate <= 1) return 1.0;
     return 1.0 / mlz_sample_prob(req, rate);
 }
 
-double mlz_var_bytes(uint64_t req, uint64_t rate)
+double mlz__var_bytes(uint64_t req, uint64_t rate)
 {
-    if (rate <= 1) return 0.0;
     double p = mlz_sample_prob(req, rate), r = (double)req;
     return r * r * miss_prob(req, rate) / (p * p);
 }
 
-double mlz_var_count(uint64_t req, uint64_t rate)
+double mlz__var_count(uint64_t req, uint64_t rate)
 {
-    if (rate <= 1) return 0.0;
     double p = mlz_sample_prob(req, rate);
     return miss_prob(req, rate) / (p * p);
 }

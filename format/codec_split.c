@@ -571,16 +571,22 @@ long mlz_split_encode(mlz_split_codec *c, const uint8_t *v1, size_t len, const u
 /* The v1 varint bytes of a column's n values, from its byte planes where
  * the width allows (byte loops the compiler vectorises): a value needs a
  * second byte from 2^7 on and a third from 2^14 on. */
+/* The v1 varint bytes beyond the first of a value of a column of width 1
+ * (low byte b0) or 2 (b0, b1): from the bytes, so that loops over the
+ * planes vectorise. */
+static inline uint32_t varint_extra1(uint8_t b0) { return b0 >> 7; }
+static inline uint32_t varint_extra2(uint8_t b0, uint8_t b1) { return ((b1 | (b0 >> 7)) != 0) + (b1 >= 0x40); }
+
 static size_t varint_bytes(const uint8_t *restrict p, uint32_t n, unsigned w, const uint64_t *v)
 {
     size_t sum = n;
     uint32_t t = 0;   /* at most 2n: 32-bit lanes vectorise four times wider than size_t */
     if (w == 1) {
-        for (uint32_t i = 0; i < n; i++) t += p[i] >> 7;
+        for (uint32_t i = 0; i < n; i++) t += varint_extra1(p[i]);
         sum += t;
     } else if (w == 2) {
         const uint8_t *restrict hi = p + n;
-        for (uint32_t i = 0; i < n; i++) t += ((hi[i] | (p[i] >> 7)) != 0) + (hi[i] >= 0x40);
+        for (uint32_t i = 0; i < n; i++) t += varint_extra2(p[i], hi[i]);
         sum += t;
     } else if (w > 2) {
         sum = 0;
@@ -600,14 +606,14 @@ static void delta_extra_by_kind(const stream *s, const uint8_t *restrict kind, u
     uint32_t ta = 0, tf = 0;
     if (w == 1) {
         for (uint32_t i = 0; i < n; i++) {
-            uint32_t e = p[i] >> 7;
+            uint32_t e = varint_extra1(p[i]);
             ta += e & (kind[i] == MLZ_EV_ALLOC);
             tf += e & (kind[i] == MLZ_EV_FREE);
         }
     } else if (w == 2) {
         const uint8_t *restrict hi = p + n;
         for (uint32_t i = 0; i < n; i++) {
-            uint32_t e = ((hi[i] | (p[i] >> 7)) != 0) + (hi[i] >= 0x40);
+            uint32_t e = varint_extra2(p[i], hi[i]);
             ta += e & (0u - (kind[i] == MLZ_EV_ALLOC));
             tf += e & (0u - (kind[i] == MLZ_EV_FREE));
         }

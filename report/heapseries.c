@@ -71,17 +71,6 @@ static int fail(mlz_error *err, const char *msg)
     return -1;
 }
 
-/* The weights of sampler_weights.c, without a call for exact traces. */
-static inline double weight_bytes(uint64_t size, uint64_t rate)
-{
-    return rate <= 1 ? (double)size : mlz_weight_bytes(size, rate);
-}
-
-static inline double var_bytes(uint64_t size, uint64_t rate)
-{
-    return rate <= 1 ? 0.0 : mlz_var_bytes(size, rate);
-}
-
 /* One event at time t (its fields as the reader gives them); -1 when out
  * of memory. Inlined into both loops: as a call it was a fifth of the
  * replay. */
@@ -96,18 +85,18 @@ static inline __attribute__((always_inline)) int apply(hs_state *s, int type, ui
         addr_obj *o = addrmap_slot(&s->live, addr, &had);
         if (!o) return -1;
         if (had) {   /* allocated again without a FREE we saw: the old one is gone */
-            s->v -= weight_bytes(o->size, s->rates.v[o->rate_idx]);
-            s->var -= var_bytes(o->size, s->rates.v[o->rate_idx]);
+            s->v -= mlz_weight_bytes(o->size, s->rates.v[o->rate_idx]);
+            s->var -= mlz_var_bytes(o->size, s->rates.v[o->rate_idx]);
         }
         *o = (addr_obj){ addr, size, t, 0, thread, (uint8_t)s->rates.cur };
-        s->v += weight_bytes(size, s->rates.v[s->rates.cur]);
-        s->var += var_bytes(size, s->rates.v[s->rates.cur]);
+        s->v += mlz_weight_bytes(size, s->rates.v[s->rates.cur]);
+        s->var += mlz_var_bytes(size, s->rates.v[s->rates.cur]);
         h->allocs++;
     } else if (type == MLZ_EV_FREE) {
         addr_obj *o = addrmap_find(&s->live, addr);
         if (!o) { h->unmatched_frees++; return 0; }
-        s->v -= weight_bytes(o->size, s->rates.v[o->rate_idx]);
-        s->var -= var_bytes(o->size, s->rates.v[o->rate_idx]);
+        s->v -= mlz_weight_bytes(o->size, s->rates.v[o->rate_idx]);
+        s->var -= mlz_var_bytes(o->size, s->rates.v[o->rate_idx]);
         addrmap_remove_at(&s->live, o);
         h->frees++;
     } else {

@@ -17,16 +17,10 @@ double est_ci95(const est *e)
     return e->var > 0 ? 1.96 * sqrt(e->var) : 0;
 }
 
-static void add(est *e, double v, double var) { e->value += v; e->var += var; }
 static void sub_var(est *e, double var)
 {
     e->var -= var;
     if (e->var < 0) e->var = 0;
-}
-static void sub(est *e, double v, double var)
-{
-    e->value -= v;
-    sub_var(e, var);
 }
 
 static int kind_of(int type)
@@ -38,24 +32,6 @@ int prof_replay(prof *p, mlz_reader *r, uint64_t until_us, mlz_error *err)
 {
     prof_opts o = { 0, until_us, 0, UINT64_MAX };
     return prof_replay_opts(p, r, &o, err);
-}
-
-static void site_add_w(est *b, est *c, uint64_t size, uint64_t rate, int sign)
-{
-    double wb = mlz_weight_bytes(size, rate), wc = mlz_weight_count(size, rate);
-    double vb = mlz_var_bytes(size, rate), vc = mlz_var_count(size, rate);
-    if (sign > 0) { add(b, wb, vb); add(c, wc, vc); }
-    else { sub(b, wb, vb); sub(c, wc, vc); }
-}
-
-/* Objects still live at the end that are older than age_us. */
-typedef struct { prof *p; uint64_t before; } old_ctx;
-static void count_old(const addr_obj *o, void *arg)
-{
-    old_ctx *c = arg;
-    if (o->time_us > c->before) return;
-    prof_site *s = &c->p->sites[o->site];
-    site_add_w(&s->old_bytes, &s->old_count, o->size, c->p->rates.v[o->rate_idx], 1);
 }
 
 /* An object's Horvitz-Thompson weights and their variances (exact: none). */
@@ -75,6 +51,36 @@ static inline weights weights_of(uint64_t size, uint64_t rate)
         c->rate = rate;
     }
     return c->w;
+}
+
+/* weights_of for the replay loops, where exact is a constant in each copy
+ * (every rate so far is 1): the literal lets the compiler drop every
+ * variance step that follows. */
+static inline weights weights_at(uint64_t size, uint64_t rate, const int exact)
+{
+    return exact ? (weights){ (double)size, 1, 0, 0, 1 } : weights_of(size, rate);
+}
+
+/* One object more in the sums b (bytes) and c (count). Exact weights have
+ * no variance: the variances are left alone (adding 0 changes nothing). */
+static inline void add_w(est *b, est *c, const weights *w)
+{
+    b->value += w->wb;
+    c->value += w->wc;
+    if (w->exact) return;
+    b->var += w->vb;
+    c->var += w->vc;
+}
+
+/* Objects still live at the end that are older than age_us. */
+typedef struct { prof *p; uint64_t before; } old_ctx;
+static void count_old(const addr_obj *o, void *arg)
+{
+    old_ctx *c = arg;
+    if (o->time_us > c->before) return;
+    prof_site *s = &c->p->sites[o->site];
+    weights w = weights_of(o->size, c->p->rates.v[o->rate_idx]);
+    add_w(&s->old_bytes, &s->old_count, &w);
 }
 
 /* One object more (sign 1) or less (-1) in the live heap of s and of p.
@@ -168,8 +174,7 @@ on_alloc(prof *p, uint64_t addr, uint64_t size, uint64_t stack_id, uint16_t thre
     }
     uint32_t si = p->last_site;
     prof_site *s = &p->sites[si];
-    /* exact (a constant in each copy): every rate so far is 1. */
-    weights w = exact ? (weights){ (double)size, 1, 0, 0, 1 } : weights_of(size, p->rates.v[p->rates.cur]);
+    weights w = weights_at(size, p->rates.v[p->rates.cur], exact);
     int had;
     addr_obj *o = addrmap_slot(&p->live, addr, &had);
     if (!o) return -1;
@@ -185,13 +190,7 @@ on_alloc(prof *p, uint64_t addr, uint64_t size, uint64_t stack_id, uint16_t thre
     p->live_samples++;
     if (in_window) {
         s->samples++;
-        if (exact) {   /* adding variances of 0 would change nothing */
-            s->alloc_bytes.value += w.wb;
-            s->alloc_count.value += w.wc;
-        } else {
-            add(&s->alloc_bytes, w.wb, w.vb);
-            add(&s->alloc_count, w.wc, w.vc);
-        }
+        add_w(&s->alloc_bytes, &s->alloc_count, &w);
     }
     live_move(p, s, &w, 1);
     if (s->live_bytes.value > s->peak_bytes) { s->peak_bytes = s->live_bytes.value; s->peak_us = t_us; }
@@ -212,15 +211,8 @@ on_free(prof *p, uint64_t addr, uint64_t t_us, int in_window, uint64_t temp_us, 
     prof_site *s = &p->sites[o->site];
     uint64_t rate = p->rates.v[o->rate_idx], size = o->size, born = o->time_us;
     addrmap_remove_at(&p->live, o);
-    weights w = exact ? (weights){ (double)size, 1, 0, 0, 1 } : weights_of(size, rate);
-    if (in_window && t_us - born <= temp_us) {
-        if (exact) {
-            s->temp_bytes.value += w.wb;
-            s->temp_count.value += w.wc;
-        } else {
-            site_add_w(&s->temp_bytes, &s->temp_count, size, rate, 1);
-        }
-    }
+    weights w = weights_at(size, rate, exact);
+    if (in_window && t_us - born <= temp_us) add_w(&s->temp_bytes, &s->temp_count, &w);
     live_move(p, s, &w, -1);
     /* Exact zero when nothing is left: no floating-point residue. */
     if (--s->live_samples == 0) s->live_bytes = s->live_count = (est){ 0, 0 };
@@ -264,10 +256,9 @@ static int replay_events(prof *p, mlz_reader *r, const prof_opts *opt, mlz_error
  * 1 at the end of the window, -1 out of memory, else 0.
  * fast (a constant in each copy): a block of ALLOCs and FREEs alone,
  * replayed with no end to the window while the only rate seen is 1 (an
- * exact trace). Its weights are the sizes themselves (no variances, no
- * rate lookups), and it is counted whole after its loop, with the byte
- * totals the decoder gives, not event by event. Its sums are the same, in
- * the same order. */
+ * exact trace). Its weights are the sizes themselves (weights_at), and it
+ * is counted whole after its loop, with the byte totals the decoder gives,
+ * not event by event. Its sums are the same, in the same order. */
 static inline __attribute__((always_inline)) int
 replay_block(prof *p, const mlz_block_view *b, const prof_opts *opt, const int fast)
 {
