@@ -102,7 +102,22 @@ $(LIBREADER): $(filter-out %/main.o,$(READER_OBJ))
 # other mount namespaces) that has a glibc, and maps nothing more into it.
 # libmemlyze-preload.so adds preload.c: exported malloc, free, ... for LD_PRELOAD,
 # and exec_hooks.c: the exec family, flushing the profile before an exec.
-PAYLOAD_LINK = $(CC) $(LDFLAGS) -shared -Wl,-z,now -Wl,--no-undefined -o $@ $^ -lpthread -ldl
+#
+# The library is linked with GCC's link-time optimisation, so the hooks'
+# calls into the heap map, the rings and the clock (each in its own file)
+# are inlined: exact mode's malloc+free on the churn took 12% fewer
+# instructions (callgrind: 1587 -> 1393 per pair). Its objects carry both
+# GCC's IR and ordinary code (-ffat-lto-objects); every other link says
+# -fno-lto (GCC's linker plugin would optimise IR it finds anyway), so the
+# tools and tests link the ordinary code, as before. Sanitizer builds keep
+# plain objects.
+ifeq ($(SANITIZE),)
+PAYLOAD_LTO := -flto=auto -ffat-lto-objects
+$(PAYLOAD_OBJ) $(CORE_OBJ) $(GOT_OBJ) $(FORMAT_OBJ): CFLAGS += $(PAYLOAD_LTO)
+LDFLAGS += -fno-lto
+endif
+PAYLOAD_LINK = $(CC) $(filter-out -fno-lto,$(LDFLAGS)) $(PAYLOAD_LTO) $(filter -O% -g%,$(CFLAGS)) \
+               -shared -Wl,-z,now -Wl,--no-undefined -o $@ $^ -lpthread -ldl
 $(O)/lib/libmemlyze.so: $(filter-out %/preload.o %/exec_hooks.o,$(PAYLOAD_OBJ)) $(LIBGOT) $(LIBCORE) $(LIBFORMAT)
 	@mkdir -p $(@D)
 	$(PAYLOAD_LINK)

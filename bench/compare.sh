@@ -31,7 +31,9 @@ CONFIGS="plain floor sampled attached exact"
 if command -v heaptrack >/dev/null; then CONFIGS="$CONFIGS heaptrack"
 else echo "compare.sh: heaptrack not installed (make deps): its rows are left out"; fi
 
-# one CONFIG NTHREADS -> "ns_per_op rss_kib" of one run
+# one CONFIG NTHREADS -> "ns_per_op rss_kib drain_ms process_ms" of one run
+# (the CPU times of memlyze's drain thread and of the whole target, 0 0
+# without a drain thread)
 one() {
     local c=$1 n=$2 ops=$OPS out
     case $c in exact|heaptrack) ops=$((OPS / 10));; esac
@@ -53,10 +55,11 @@ one() {
         out=$(cat "$T/out");;
     esac
     rm -rf "$T"/s* "$T"/ht* "$T"/a.mlyze*
-    local ns rss
+    local ns rss cpu
     ns=$(grep -Em1 '^[0-9.]+$' <<<"$out")
     rss=$(awk '/^rss / { print $2 }' <<<"$out")
-    echo "${ns:-nan} ${rss:-0}"
+    cpu=$(awk '/^cpu_ms / { print $2, $3 }' <<<"$out")
+    echo "${ns:-nan} ${rss:-0} ${cpu:-0 0}"
 }
 median() { sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 
@@ -77,6 +80,14 @@ for n in 1 "$THREADS"; do
         # churn prints wall ns per op of one thread; all threads run at once.
         printf '%-10s %7d %9.2f %9.2f %9.2f %9d\n' "$c" "$n" "$(echo "$n * 1000 / $ns" | bc -l)" \
             "$(echo "$ns / $p" | bc -l)" "$(echo "$ns / $f" | bc -l)" "$rss"
+    done
+done
+# What the drain thread (rings to spool: the writer) costs the target: its
+# share of the process's CPU time, summed over the runs.
+for c in sampled attached exact; do
+    for n in 1 "$THREADS"; do
+        awk -v c="$c" -v n="$n" '{ d += $3; a += $4 }
+            END { if (a > 0) printf "%s, %d threads: drain thread %.1f%% of the target'"'"'s CPU (%.0f of %.0f ms)\n", c, n, 100 * d / a, d, a }' "$T/r.$c.$n"
     done
 done
 # The issue's memory goal: exact mode's RSS over plain no larger than heaptrack's.

@@ -52,7 +52,12 @@ typedef struct mlz_heap_entry {
     uint64_t time_ns;   /* CLOCK_MONOTONIC at birth */
     uint64_t seq;       /* birth number in its thread: with tid, one birth */
     uint64_t check;
-    uint64_t pad;
+    /* Not part of the entry: the slot as a home. The longest probe (a
+     * count) of any insert whose home is this slot, so every entry of a
+     * pointer with this home lies within `reach` probes of it: lookups and
+     * the stale scan stop there (heapmap.c). Only grows; readers outside
+     * the process ignore it (info.h describes the entry's fields alone). */
+    _Atomic uint64_t reach;
 } mlz_heap_entry;
 
 _Static_assert(sizeof(mlz_heap_entry) == 64, "mlz_heap_entry must be one cache line");
@@ -73,9 +78,9 @@ typedef struct mlz_heapmap {
     mlz_heap_entry *slots;  /* 2^log2_cap entries, mmap'd */
     uint64_t mask;          /* capacity - 1 */
     unsigned log2_cap;
-    /* Read by every look-up, written only when it grows: on this read-mostly
-     * line, not on the statistics' line that every insert writes. */
-    _Atomic uint64_t max_probe;           /* longest insert probe (also bounds lookups) */
+    /* Written only when it grows: on this read-mostly line, not on the
+     * statistics' line that every insert writes. */
+    _Atomic uint64_t max_probe;           /* longest insert probe of any home (statistics) */
     /* Statistics, all relaxed: nothing is ordered by them. */
     _Alignas(MLZ_CACHELINE) _Atomic uint64_t full_drops;  /* reserve found no free slot */
     _Atomic uint64_t death_during_birth;  /* freed while RESERVED */
@@ -109,6 +114,10 @@ int64_t mlz_heapmap_reserve(mlz_heapmap *m, uint64_t ptr);
  * slot is released. Call exactly once per successful reserve, or cancel. */
 int mlz_heapmap_publish(mlz_heapmap *m, int64_t slot, uint64_t ptr, uint64_t size,
                         uint32_t stack_id, uint32_t tid, uint64_t time_ns, uint64_t seq);
+
+/* How many probes from ptr's home an entry for ptr may lie: the longest
+ * insert probe of that home so far (0: none yet). */
+uint64_t mlz_heapmap_reach(const mlz_heapmap *m, uint64_t ptr);
 
 /* Give up a reservation (instead of publish). */
 void mlz_heapmap_cancel(mlz_heapmap *m, int64_t slot);

@@ -263,6 +263,54 @@ static void test_stale_replacement(void)
     mlz_heapmap_destroy(&m);
 }
 
+/* Each home bounds its own lookups: a long chain at one home does not
+ * lengthen the scans of pointers homed elsewhere (with one bound for the
+ * whole map, every insert that reused a tombstone scanned as far as the
+ * longest chain ever made). Entries far down the long chain are still
+ * found, and a stale one there is still ended by a new insert of its
+ * pointer. */
+static void test_reach_per_home(void)
+{
+    enum { LOG2 = 10, CHAIN = 24 };
+    mlz_heapmap m, scratch;
+    REQUIRE(mlz_heapmap_init(&m, LOG2) == 0);
+    REQUIRE(mlz_heapmap_init(&scratch, LOG2) == 0);
+    /* CHAIN pointers of one home: the 128-byte granule's eight, then more
+     * from other 8 KiB stretches that hash to the same home. */
+    uint64_t same[CHAIN];
+    int n = 0;
+    int64_t h = home_probe(&scratch, 0x7f0000001000ull);
+    for (uint64_t x = 0x7f0000001000ull; n < CHAIN; x += 16)
+        if (home_probe(&scratch, x) == h) same[n++] = x;
+    uint64_t other = 0;
+    for (uint64_t x = 0x7e0000000000ull; !other; x += 16) {
+        if (home_probe(&scratch, x) != h) other = x;
+    }
+    CHECK_EQ_U64(mlz_heapmap_reach(&m, same[0]), 0);
+    for (int i = 0; i < CHAIN; i++) CHECK(insert(&m, same[i], (uint64_t)i + 1, 1) == 1);
+    CHECK(mlz_heapmap_reach(&m, same[0]) >= CHAIN);
+    CHECK_EQ_U64(st(&m.max_probe), mlz_heapmap_reach(&m, same[0]));
+    /* The other home's pointer: one probe, and its bound stays its own. */
+    CHECK(insert(&m, other, 100, 1) == 1);
+    CHECK(mlz_heapmap_reach(&m, other) < CHAIN / 2);
+    CHECK(mlz_heapmap_remove(&m, other, NULL) == 1);
+    CHECK(mlz_heapmap_remove(&m, other, NULL) == 0);
+    /* The last of the chain is found at the far end... */
+    mlz_heap_entry out;
+    CHECK(mlz_heapmap_remove(&m, same[CHAIN - 1], &out) == 1);
+    CHECK_EQ_U64(out.seq, CHAIN);
+    /* ...and a stale entry there (its free unseen) is ended when malloc
+     * returns its pointer again and the insert reuses probe 0's tombstone. */
+    CHECK(insert(&m, same[CHAIN - 1], 200, 1) == 1);
+    CHECK(mlz_heapmap_remove(&m, same[0], NULL) == 1);
+    uint64_t before = st(&m.stale_replaced);
+    CHECK(insert(&m, same[CHAIN - 1], 201, 1) == 1);
+    CHECK_EQ_U64(st(&m.stale_replaced), before + 1);
+    CHECK_EQ_U64(mlz_heapmap_count(&m).live, CHAIN - 1);
+    mlz_heapmap_destroy(&scratch);
+    mlz_heapmap_destroy(&m);
+}
+
 /* ---- capacity ---- */
 
 static void test_full_table(void)
@@ -696,6 +744,7 @@ int main(int argc, char **argv)
     RUN(test_reference_model);
     RUN(test_death_during_birth);
     RUN(test_stale_replacement);
+    RUN(test_reach_per_home);
     RUN(test_full_table);
     RUN(test_tombstone_churn);
     RUN(test_remove_absent_writes_nothing);
