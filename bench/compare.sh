@@ -87,7 +87,7 @@ done
 for c in sampled attached exact; do
     for n in 1 "$THREADS"; do
         awk -v c="$c" -v n="$n" '{ d += $3; a += $4 }
-            END { if (a > 0) printf "%s, %d threads: drain thread %.1f%% of the target'"'"'s CPU (%.0f of %.0f ms)\n", c, n, 100 * d / a, d, a }' "$T/r.$c.$n"
+            END { if (a > 0) printf "%s, %d threads: drain thread %.1f%% of the target'"'"'s CPU (%.0f of %.0f ms over %d runs)\n", c, n, 100 * d / a, d, a, NR }' "$T/r.$c.$n"
     done
 done
 # The issue's memory goal: exact mode's RSS over plain no larger than heaptrack's.
