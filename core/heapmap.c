@@ -250,6 +250,13 @@ static int end_entry(mlz_heap_entry *e, uint64_t ptr, mlz_heap_entry *out)
     }
 }
 
+/* The bound on the probes of the pointers whose home is `home`. relaxed:
+ * see note_probe(). */
+static uint64_t home_reach(const mlz_heapmap *m, uint64_t home)
+{
+    return atomic_load_explicit(&m->slots[home].reach, memory_order_relaxed);
+}
+
 /* Raise *c to at least d. */
 static void raise_to(_Atomic uint64_t *c, uint64_t d)
 {
@@ -264,15 +271,14 @@ static void raise_to(_Atomic uint64_t *c, uint64_t d)
  * over), so it reads this value or a larger one; nothing else depends on it. */
 static void note_probe(mlz_heapmap *m, uint64_t home, uint64_t d)
 {
-    _Atomic uint64_t *r = &m->slots[home].reach;
-    if (d <= atomic_load_explicit(r, memory_order_relaxed)) return;
-    raise_to(r, d);
+    if (d <= home_reach(m, home)) return;
+    raise_to(&m->slots[home].reach, d);
     raise_to(&m->max_probe, d);
 }
 
 uint64_t mlz_heapmap_reach(const mlz_heapmap *m, uint64_t ptr)
 {
-    return atomic_load_explicit(&m->slots[home_of(m, ptr)].reach, memory_order_relaxed);
+    return home_reach(m, home_of(m, ptr));
 }
 
 void mlz_heapmap_prefetch(const mlz_heapmap *m, uint64_t ptr)
@@ -304,7 +310,7 @@ int64_t mlz_heapmap_reserve(mlz_heapmap *m, uint64_t ptr)
         uint64_t k;
         if (i == 0) {   /* e is the home slot */
             k = atomic_fetch_add_explicit(&e->key, 0, memory_order_acquire);
-            reach = atomic_load_explicit(&e->reach, memory_order_relaxed);
+            reach = home_reach(m, home);
         } else {
             k = atomic_load_explicit(&e->key, memory_order_acquire);
         }
@@ -386,8 +392,7 @@ void mlz_heapmap_cancel(mlz_heapmap *m, int64_t slot)
 static mlz_heap_entry *find_from(const mlz_heapmap *m, uint64_t ptr, uint64_t *i)
 {
     uint64_t home = home_of(m, ptr), limit = probe_limit(m);
-    /* relaxed: see note_probe(). */
-    uint64_t reach = atomic_load_explicit(&m->slots[home].reach, memory_order_relaxed);
+    uint64_t reach = home_reach(m, home);
     if (reach < limit) limit = reach;
     for (; *i < limit; (*i)++) {
         mlz_heap_entry *e = &m->slots[probe_at(m, home, *i)];

@@ -17,7 +17,7 @@
  * Every mode ends by printing VmRSS of the process in KiB, and then, when
  * the process has a thread named memlyze-drain (the profiler's), the CPU
  * time in ms of that thread and of the whole process so far ("cpu_ms
- * DRAIN PROCESS": the share the issue asks for).
+ * DRAIN PROCESS": what writing the events costs the target).
  * With CHURN_GO=FILE in the environment, threads mode first waits for FILE
  * to exist (bench/compare.sh attaches the profiler meanwhile).
  */

@@ -283,9 +283,8 @@ static void test_reach_per_home(void)
     for (uint64_t x = 0x7f0000001000ull; n < CHAIN; x += 16)
         if (home_probe(&scratch, x) == h) same[n++] = x;
     uint64_t other = 0;
-    for (uint64_t x = 0x7e0000000000ull; !other; x += 16) {
+    for (uint64_t x = 0x7e0000000000ull; !other; x += 16)
         if (home_probe(&scratch, x) != h) other = x;
-    }
     CHECK_EQ_U64(mlz_heapmap_reach(&m, same[0]), 0);
     for (int i = 0; i < CHAIN; i++) CHECK(insert(&m, same[i], (uint64_t)i + 1, 1) == 1);
     CHECK(mlz_heapmap_reach(&m, same[0]) >= CHAIN);
