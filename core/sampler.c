@@ -132,17 +132,17 @@ uint64_t mlz_sampler_global_entropy(void)
 void mlz_sampler_rearm(mlz_sampler_tls *t, uint64_t rate)
 {
     if (rate <= 1) {
-        t->countdown = 1; /* exact mode: any request (>= 1 unit) reaches 0 */
+        t->countdown = 0; /* exact mode: any request (>= 1 unit) goes below 0 */
         return;
     }
     double u = (double)((mlz_sampler_rand(t) >> 11) + 1) * 0x1.0p-53;
     double x = -(double)rate * mlz_sampler_ln(u);
     if (x >= 9.2e18) {
-        t->countdown = INT64_MAX;
+        t->countdown = INT64_MAX - 1;
         return;
     }
     int64_t k = (int64_t)x;                 /* x >= 0: truncation, then up */
-    t->countdown = k + ((double)k < x);
+    t->countdown = k + ((double)k < x) - 1;   /* kept one below (sampler.h) */
 }
 
 /*

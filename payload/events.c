@@ -35,6 +35,9 @@
 #include "varint.h"
 #include "waker.h"
 
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -246,6 +249,34 @@ static MLZ_COLD MLZ_NOINLINE int wait_for_room(mlz_ring *r, uint64_t h, uint64_t
     }
 }
 
+/* x86 has a prefetch for writing (PREFETCHW) on CPUs with CPUID
+ * 0x80000001 ECX bit 8, AMD's since the K6 and Intel's since Broadwell;
+ * GCC's write prefetch is a read prefetch there unless built for such a
+ * CPU. Exact mode, 1 thread on 2 CPUs, with the plain leave() of hooks.c:
+ * 6% faster than the read prefetch (11 paired runs). 8 records are 4 lines
+ * ahead: a line's transfer from the other CPU outlasts one event. */
+#define PREFETCH_AHEAD 8
+static int have_prefetchw;
+
+static void detect_prefetchw(void)
+{
+#if defined(__x86_64__)
+    unsigned a, b, c, d;
+    have_prefetchw = __get_cpuid(0x80000001u, &a, &b, &c, &d) && (c & (1u << 8));
+#endif
+}
+
+static inline void prefetch_for_write(const void *p)
+{
+#if defined(__x86_64__)
+    if (have_prefetchw) {
+        __asm__ volatile("prefetchw %0" : : "m"(*(const char *)p));
+        return;
+    }
+#endif
+    __builtin_prefetch(p, 1);
+}
+
 static inline void put_rec(mlz_ring *r, uint64_t h, enum mlz_rec_kind kind, uint64_t ts_ns, uint64_t addr,
                            uint64_t size, uint32_t stack_id)
 {
@@ -257,10 +288,11 @@ static inline void put_rec(mlz_ring *r, uint64_t h, enum mlz_rec_kind kind, uint
     e->type = (uint8_t)kind;
     e->rate_shift = (uint8_t)mlz__tls.s.rate_shift;   /* the rate an ALLOC was sampled at */
     atomic_store_explicit(&r->head, h + 1, memory_order_release);
-    /* The next push writes the next slot, whose line was last touched a
-     * whole ring ago: fetch it now, while the program runs, rather than
-     * wait for it then. */
-    __builtin_prefetch(&r->recs[(h + 1) & r->mask], 1);
+    /* The slots a few pushes on were last read by the drain thread, a
+     * whole ring ago, on its own CPU: take their line for writing now,
+     * while the program runs. A read prefetch left the drain thread's copy
+     * in place, and the write then waited for it to be invalidated. */
+    prefetch_for_write(&r->recs[(h + PREFETCH_AHEAD) & r->mask]);
 }
 
 /* No ring, a ring just half full or a full one: counted, woken, waited for. */
@@ -677,6 +709,7 @@ int mlz__drain_start(void)
      * ring half full wakes the drain (rings of 8192 records kept 2 MB
      * resident over 8 threads, for no speed). */
     ring_size = mlz__g.rate <= 1 ? 1u << 11 : 1u << 12;
+    detect_prefetchw();
     atomic_store(&mlz__g.c.rate_shift, 0);
     spool_shift = 0;
     trouble_seen = atomic_load(&mlz__g.c.ring_drops) + atomic_load(&mlz__g.c.ring_waits);

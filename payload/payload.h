@@ -171,7 +171,7 @@ static inline __attribute__((always_inline)) void *mlz__malloc_hot(size_t n)
 
 static inline __attribute__((always_inline)) void mlz__free_hot(void *p)
 {
-    if (mlz_unlikely(mlz_bloom_first(&mlz__g.bloom, (uint64_t)(uintptr_t)p))) {
+    if (mlz_unlikely(mlz_bloom_first_default(&mlz__g.bloom, (uint64_t)(uintptr_t)p))) {
         mlz__free_then_real(p);
         return;
     }

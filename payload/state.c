@@ -130,7 +130,9 @@ int mlz__init(void)
         return -1;
     }
     /* Same geometry as the placeholder, so a concurrent free that loaded
-     * the old word pointer still indexes inside a filter of this size. */
+     * the old word pointer still indexes inside a filter of this size; the
+     * default one, whose shift the free hook has as an immediate
+     * (mlz_bloom_first_default). */
     atomic_store(&mlz__g.bloom.nonzero, 0);
     atomic_store(&mlz__g.bloom.stuck, 0);
     if (mlz__g.rate <= 1) {

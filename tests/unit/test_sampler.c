@@ -27,7 +27,7 @@ static uint64_t trng(uint64_t *s)
 static uint64_t draw(mlz_sampler_tls *t, uint64_t rate)
 {
     mlz_sampler_rearm(t, rate);
-    return (uint64_t)t->countdown;
+    return (uint64_t)t->countdown + 1;   /* the units to the point (sampler.h) */
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -103,23 +103,28 @@ static void test_chi_square_20_bins(void)
     CHECK(chi2 < 36.19); /* chi-square, 19 degrees of freedom, 1% */
 }
 
-/* The hot path counts req+1 units and fires at <= 0. */
+/* The hot path counts req+1 units and fires when the countdown, kept one
+ * below the units left, goes negative. */
 static void test_countdown_rule(void)
 {
     mlz_sampler_tls t = {0};
     /* A zero TLS fires on the first request: the payload's init hook. */
     CHECK(mlz_sampler_should_sample(&t, 1000));
-    t.countdown = 100;
+    t = (mlz_sampler_tls){0};
+    CHECK(mlz_sampler_should_sample(&t, 0));   /* ... even a zero-byte one */
+    t.countdown = 99;                          /* 100 units left */
     CHECK(!mlz_sampler_should_sample(&t, 98)); /* 99 units: 1 left */
-    CHECK_EQ_U64(t.countdown, 1);
+    CHECK_EQ_U64(t.countdown, 0);
     CHECK(mlz_sampler_should_sample(&t, 0));   /* a zero-byte request is one unit */
-    t.countdown = 5;
+    t.countdown = 99;
+    CHECK(mlz_sampler_should_sample(&t, 99));  /* 100 units: the point itself */
+    t.countdown = 4;
     CHECK(mlz_sampler_should_sample(&t, (size_t)1 << 62));
     /* Requests of 2^63 bytes and more (malloc fails them all) wrap around
      * instead of being signed overflow: UBSan would trap here. */
-    t.countdown = 5;
+    t.countdown = 4;
     CHECK(!mlz_sampler_should_sample(&t, SIZE_MAX));
-    CHECK_EQ_U64(t.countdown, 5);
+    CHECK_EQ_U64(t.countdown, 4);
 }
 
 /* The draw's own log (the payload has no libm) against libm's, and the
