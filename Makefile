@@ -267,4 +267,5 @@ clean:
 # otherwise rebuild them.
 .SECONDARY:
 
--include $(shell find build -name '*.d' 2>/dev/null)
+# The output tree's own dependency files (headers): O=DIR builds track them too.
+-include $(shell find $(O) -name '*.d' 2>/dev/null)

@@ -413,6 +413,36 @@ static void test_threads_mid_block(void)
     mlz_split_free(c);
 }
 
+/* Blocks of one thread decode the thread column from its byte planes
+ * (every XOR after the first is 0); the column's rules still hold there:
+ * its length, and the smallest width (a top plane of zeros is rejected). */
+static void test_one_thread_blocks(void)
+{
+    mlz_split_codec *c = mlz_split_new(3);
+    REQUIRE(c);
+    const uint16_t ids[] = { 0, 7, 0x80, 0x1234, 65535 };   /* widths 0, 1, 1, 2, 2 */
+    for (unsigned k = 0; k < sizeof ids / sizeof ids[0]; k++) {
+        v1buf v = { .n = 0 };
+        for (int i = 0; i < 5; i++) v1_alloc(&v, 1, 0x1000 + 64 * (uint64_t)i, 16, 0, ids[k]);
+        CHECK(roundtrip(c, &v) == 0);
+        /* ... and a last ALLOC of another thread: the planes say so. */
+        v1_alloc(&v, 1, 0x9000, 16, 0, (uint16_t)(ids[k] ^ 0x300));
+        CHECK(roundtrip(c, &v) == 0);
+    }
+    v1buf v = { .n = 0 };
+    for (int i = 0; i < 3; i++) v1_alloc(&v, 1, 0x1000 + 64 * (uint64_t)i, 16, 0, 7);
+    CHECK(roundtrip(c, &v) == 0);
+    char why[200];
+    const uint8_t good[4] = { 1, 7, 0, 0 }, wide[7] = { 2, 7, 0, 0, 0, 0, 0 }, zero[4] = { 1, 0, 0, 0 };
+    const uint8_t zero0[1] = { 0 }, shortc[3] = { 1, 7, 0 };
+    CHECK(decode_with(c, 3, MLZ_S_THREAD, good, sizeof good, why, sizeof why) == 0);
+    CHECK(decode_with(c, 3, MLZ_S_THREAD, zero0, sizeof zero0, why, sizeof why) == 0);   /* thread 0 */
+    CHECK(decode_with(c, 3, MLZ_S_THREAD, wide, sizeof wide, why, sizeof why) == -1 && strstr(why, "thread stream"));
+    CHECK(decode_with(c, 3, MLZ_S_THREAD, zero, sizeof zero, why, sizeof why) == -1 && strstr(why, "thread stream"));
+    CHECK(decode_with(c, 3, MLZ_S_THREAD, shortc, sizeof shortc, why, sizeof why) == -1 && strstr(why, "thread stream"));
+    mlz_split_free(c);
+}
+
 static void test_random_blocks_roundtrip(void)
 {
     mlz_split_codec *c = mlz_split_new(1);
@@ -810,6 +840,7 @@ int main(int argc, char **argv)
     RUN(test_extreme_values);
     RUN(test_varint_boundaries_per_width);
     RUN(test_threads_mid_block);
+    RUN(test_one_thread_blocks);
     RUN(test_random_blocks_roundtrip);
     RUN(test_v1_split_v1_identical);
     RUN(test_seek_by_time);

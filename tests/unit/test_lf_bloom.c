@@ -81,8 +81,9 @@ static void test_removes_restore_empty(void)
 
 /* 255 live samples on one cell saturate it; it then never goes back to
  * zero (a lost count must only ever cost a false positive). */
-/* The free hook inlines only mlz_bloom_first and leaves the other cells
- * to mlz_bloom_rest: the two must make up the whole test, the first cell
+/* The free hook inlines only mlz_bloom_first (as _default, for the
+ * payload's default-sized filter) and leaves the other cells to
+ * mlz_bloom_rest: the two must make up the whole test, the first cell
  * of an added pointer must be set (a "no" there is a phantom leak), and
  * all k cells must share one cache line. The first cell alone lets through
  * about the fraction of cells in use, which is the price of inlining it. */
@@ -97,6 +98,7 @@ static void test_first_cell_then_rest(void)
         uint64_t p = addr(&s);
         mlz_bloom_add(&b, p);
         CHECK(mlz_bloom_first(&b, p));
+        CHECK(mlz_bloom_first_default(&b, p));   /* the payload's hook: shift as an immediate */
         CHECK(mlz_bloom_rest(&b, p));
         uint64_t h = mlz__bloom_mix(p), first = mlz__bloom_cell(h, 0, b.shift);
         CHECK(first <= b.mask);
@@ -107,6 +109,7 @@ static void test_first_cell_then_rest(void)
     for (int i = 0; i < Q; i++) {
         uint64_t p = addr(&q) + 8;
         int f = mlz_bloom_first(&b, p);
+        mismatches += mlz_bloom_first_default(&b, p) != f;
         firsts += f;
         mismatches += mlz_bloom_maybe(&b, p) != (f && mlz_bloom_rest(&b, p));
     }
