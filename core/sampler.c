@@ -127,7 +127,7 @@ uint64_t mlz_sampler_global_entropy(void)
  * ceil, not round or truncation: a continuous sample point X lands in the
  * unit ceil(X) (unit j covers (j-1, j]), so P(ceil(X) <= n) = 1 - e^(-n/rate)
  * exactly, which is what mlz_sample_prob() promises for n = req+1 units.
- * The one clamp, at INT64_MAX, only matters for rates above 2.5e17 bytes.
+ * The one clamp, near INT64_MAX, only matters for rates above 2.5e17 bytes.
  */
 void mlz_sampler_rearm(mlz_sampler_tls *t, uint64_t rate)
 {
