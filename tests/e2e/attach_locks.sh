@@ -103,7 +103,7 @@ if unshare -pf --mount-proc true 2>/dev/null; then
     MLZT_CTOR_SLEEP_MS=4000 unshare -pf --mount-proc "$T/target" dlopen "$T/pn.stop" "$T/pn.tids" "$T/libslow.so" \
         >"$T/pn.out" 2>&1 &
     up=$!
-    for _ in $(seq 100); do [ "$(wc -l <"$T/pn.tids" 2>/dev/null)" -ge 2 ] && break; sleep 0.02; done
+    for _ in $(seq 100); do [ "$(cat "$T/pn.tids" 2>/dev/null | wc -l)" -ge 2 ] && break; sleep 0.02; done
     sleep 0.2
     TP=$(pgrep -P "$up" -x target)
     nsdl=$(awk '$1 == "dlopen" { print $2 }' "$T/pn.tids")
