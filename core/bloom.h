@@ -3,7 +3,7 @@
  * of the heap map.
  *
  * Every free() asks the filter first: a hash and one byte load
- * (mlz_bloom_first), then three more bytes of the same cache line when that
+ * (mlz_bloom_first_default), then three more bytes of the same cache line when that
  * one is set (mlz_bloom_rest). Only a "maybe" goes on to the map. A wrong "no" would leave a freed block
  * in the map forever (a phantom leak), so the filter never answers "no" for
  * a live sampled pointer.
@@ -84,14 +84,9 @@ static inline const uint8_t *mlz__bloom_first_cell(const mlz_bloom *b, uint64_t 
     return &c[mlz__bloom_first(mlz__bloom_mix(ptr), shift)];
 }
 
-static inline int mlz_bloom_first(const mlz_bloom *b, uint64_t ptr)
-{
-    return __atomic_load_n(mlz__bloom_first_cell(b, ptr, b->shift), __ATOMIC_RELAXED) != 0;
-}
-
-/* The same for a filter known to have 2^MLZ_BLOOM_DEFAULT_LOG2_CELLS cells
- * (the payload's always has): the shift is then an immediate, one load
- * fewer on the path of every free. */
+/* Only for a filter of 2^MLZ_BLOOM_DEFAULT_LOG2_CELLS cells (the
+ * payload's always is): the shift is an immediate, one load fewer on the
+ * path of every free. */
 static inline int mlz_bloom_first_default(const mlz_bloom *b, uint64_t ptr)
 {
     return __atomic_load_n(mlz__bloom_first_cell(b, ptr, 64 - MLZ_BLOOM_DEFAULT_LOG2_CELLS),
@@ -108,7 +103,7 @@ static inline int mlz__bloom_cells_from(const mlz_bloom *b, uint64_t ptr, unsign
     return 1;
 }
 
-/* The other k-1 cells, after mlz_bloom_first said 1. */
+/* The other k-1 cells, after the first cell said 1. */
 static inline int mlz_bloom_rest(const mlz_bloom *b, uint64_t ptr)
 {
     return mlz__bloom_cells_from(b, ptr, 1);

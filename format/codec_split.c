@@ -631,11 +631,21 @@ static void delta_extra_by_kind(const stream *s, const uint8_t *restrict kind, u
 /* Reads a byte-plane column of n numbers; -1 if its length or width is wrong
  * or the width is not the smallest that holds the values. With vbytes, also
  * gives the v1 varint bytes of the values. */
-static int get_num_col(const stream *s, uint32_t n, uint64_t *restrict v, unsigned maxw, size_t *vbytes)
+/* The width of a byte-plane column of n numbers, or -1 if its length does
+ * not fit it or it is above maxw. */
+static int col_width(const stream *s, uint32_t n, unsigned maxw)
 {
     if (s->len < 1) return -1;
     unsigned w = s->p[0];
     if (w > maxw || s->len != 1 + (size_t)w * n || (n == 0 && w)) return -1;
+    return (int)w;
+}
+
+static int get_num_col(const stream *s, uint32_t n, uint64_t *restrict v, unsigned maxw, size_t *vbytes)
+{
+    int sw = col_width(s, n, maxw);
+    if (sw < 0) return -1;
+    unsigned w = (unsigned)sw;
     const uint8_t *restrict p = s->p + 1;
     /* One pass for the common widths (each a simple, vectorisable loop),
      * plane by plane for the rest. */
@@ -843,9 +853,8 @@ static int decode_threads(const uint64_t *x, uint32_t na, uint16_t *restrict th)
  * decode_threads. */
 static int thread_col(const stream *s, uint32_t na, uint16_t *restrict th, uint64_t *scratch)
 {
-    unsigned w = s->len ? s->p[0] : 0;
-    if (s->len < 1 || w > 2 || s->len != 1 + (size_t)w * na || (na == 0 && w))
-        return -1;
+    int w = col_width(s, na, 2);
+    if (w < 0) return -1;
     if (w == 0) {   /* all 0 */
         memset(th, 0, (size_t)na * sizeof *th);
         return 1;
