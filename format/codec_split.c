@@ -568,14 +568,15 @@ long mlz_split_encode(mlz_split_codec *c, const uint8_t *v1, size_t len, const u
 
 #define BAD(...) do { snprintf(why, whylen, __VA_ARGS__); return -1; } while (0)
 
-/* The v1 varint bytes of a column's n values, from its byte planes where
- * the width allows (byte loops the compiler vectorises): a value needs a
- * second byte from 2^7 on and a third from 2^14 on. */
 /* The v1 varint bytes beyond the first of a value of a column of width 1
  * (low byte b0) or 2 (b0, b1): from the bytes, so that loops over the
  * planes vectorise. */
 static inline uint32_t varint_extra1(uint8_t b0) { return b0 >> 7; }
 static inline uint32_t varint_extra2(uint8_t b0, uint8_t b1) { return ((b1 | (b0 >> 7)) != 0) + (b1 >= 0x40); }
+
+/* The v1 varint bytes of a column's n values, from its byte planes where
+ * the width allows (byte loops the compiler vectorises): a value needs a
+ * second byte from 2^7 on and a third from 2^14 on. */
 
 static size_t varint_bytes(const uint8_t *restrict p, uint32_t n, unsigned w, const uint64_t *v)
 {
@@ -628,9 +629,6 @@ static void delta_extra_by_kind(const stream *s, const uint8_t *restrict kind, u
     *free = tf;
 }
 
-/* Reads a byte-plane column of n numbers; -1 if its length or width is wrong
- * or the width is not the smallest that holds the values. With vbytes, also
- * gives the v1 varint bytes of the values. */
 /* The width of a byte-plane column of n numbers, or -1 if its length does
  * not fit it or it is above maxw. */
 static int col_width(const stream *s, uint32_t n, unsigned maxw)
@@ -640,6 +638,10 @@ static int col_width(const stream *s, uint32_t n, unsigned maxw)
     if (w > maxw || s->len != 1 + (size_t)w * n || (n == 0 && w)) return -1;
     return (int)w;
 }
+
+/* Reads a byte-plane column of n numbers; -1 if its length or width is wrong
+ * or the width is not the smallest that holds the values. With vbytes, also
+ * gives the v1 varint bytes of the values. */
 
 static int get_num_col(const stream *s, uint32_t n, uint64_t *restrict v, unsigned maxw, size_t *vbytes)
 {
@@ -823,35 +825,14 @@ static int decode_sizes(model *m, const uint8_t *sc, const uint64_t *lit, uint32
     return 0;
 }
 
-/* Pass 2: the threads of the ALLOCs (each stored XOR the previous one).
- * 1 if they are all one thread. */
-static int decode_threads(const uint64_t *x, uint32_t na, uint16_t *restrict th)
-{
-    /* Most blocks are of one thread: every XOR after the first is 0. The
-     * check and the fill vectorise; the running XOR below does not. */
-    uint64_t rest = 0;
-    for (uint32_t i = 1; i < na; i++) rest |= x[i];
-    if (!rest) {
-        uint16_t t = na ? (uint16_t)x[0] : 0;
-        for (uint32_t i = 0; i < na; i++) th[i] = t;
-        return 1;
-    }
-    uint16_t prev = 0, first = (uint16_t)x[0], other = 0;
-    for (uint32_t i = 0; i < na; i++) {
-        prev = (uint16_t)(prev ^ x[i]);
-        th[i] = prev;
-        other |= (uint16_t)(prev ^ first);
-    }
-    return other == 0;
-}
-
-/* The thread column straight from its byte planes when every XOR after
- * the first is 0 (most blocks are of one thread): a byte OR over the
- * planes instead of widening them to 64-bit values and reading those back
- * (8 MB written and read per million ALLOCs). Other blocks go through
- * get_num_col and decode_threads. -1 if malformed, else as
- * decode_threads. */
-static int thread_col(const stream *s, uint32_t na, uint16_t *restrict th, uint64_t *scratch)
+/* Pass 2: the threads of the ALLOCs (each stored XOR the previous one);
+ * -1 if the column is malformed, else 1 if they are all one thread. Most
+ * blocks are: every XOR after the first is 0, which a byte OR over the
+ * planes shows without widening them to 64-bit values and reading those
+ * back (8 MB written and read per million ALLOCs); the check and the fill
+ * vectorise. Other blocks take the column's values (into scratch) through
+ * the running XOR, which does not. */
+static int decode_threads(const stream *s, uint32_t na, uint16_t *restrict th, uint64_t *scratch)
 {
     int w = col_width(s, na, 2);
     if (w < 0) return -1;
@@ -864,16 +845,22 @@ static int thread_col(const stream *s, uint32_t na, uint16_t *restrict th, uint6
     for (uint32_t i = 1; i < na; i++) rest |= p0[i];
     if (w == 2)
         for (uint32_t i = 1; i < na; i++) rest |= p1[i];
-    if (rest) {
-        if (get_num_col(s, na, scratch, 2, NULL)) return -1;
-        return decode_threads(scratch, na, th);
+    if (!rest) {
+        /* Only the first value may be non-zero: it must fill the top plane
+         * (get_num_col's smallest-width rule). */
+        if (!p1[0]) return -1;
+        uint16_t t = w == 1 ? p0[0] : (uint16_t)(p0[0] | p1[0] << 8);
+        for (uint32_t i = 0; i < na; i++) th[i] = t;
+        return 1;
     }
-    /* Only the first value may be non-zero: it must fill the top plane
-     * (get_num_col's smallest-width rule). */
-    if (!p1[0]) return -1;
-    uint16_t t = w == 1 ? p0[0] : (uint16_t)(p0[0] | p1[0] << 8);
-    for (uint32_t i = 0; i < na; i++) th[i] = t;
-    return 1;
+    if (get_num_col(s, na, scratch, 2, NULL)) return -1;
+    uint16_t prev = 0, first = (uint16_t)scratch[0], other = 0;
+    for (uint32_t i = 0; i < na; i++) {
+        prev = (uint16_t)(prev ^ scratch[i]);
+        th[i] = prev;
+        other |= (uint16_t)(prev ^ first);
+    }
+    return other == 0;
 }
 
 /* Pass 3: the live list, in event order, on allocation indices alone: the
@@ -1055,7 +1042,7 @@ int mlz_split_decode(mlz_split_codec *c, const uint8_t *payload, size_t len,
     for (int i = 0; i < 5; i++)
         if (grow_to((void **)&L[i].v, &L[i].cap, n + 1, sizeof *L[i].v)) BAD("out of memory");
     uint64_t *size_lit = L[0].v, *addr_lit = L[1].v, *thr = L[2].v, *refs = L[3].v, *flits = L[4].v;
-    int one_thread = thread_col(&S[MLZ_S_THREAD], na, k->a_thread, thr);
+    int one_thread = decode_threads(&S[MLZ_S_THREAD], na, k->a_thread, thr);
     if (one_thread < 0) BAD("malformed thread stream");
     if (get_num_col(&S[MLZ_S_FREE_REF], nf, refs, 8, NULL)) BAD("malformed free reference stream");
     uint32_t nsl = lit_count(&S[MLZ_S_SIZE_LIT], na), nal = lit_count(&S[MLZ_S_ADDR_LIT], na);
@@ -1075,7 +1062,6 @@ int mlz_split_decode(mlz_split_codec *c, const uint8_t *payload, size_t len,
     size_t size_bytes;
     if (grow_to((void **)&c->slot, &c->slot_cap, (size_t)na + 1, sizeof *c->slot)) BAD("out of memory");
     if (decode_sizes(m, sc, size_lit, nsl, na, k->a_size, c->slot, &size_bytes, why, whylen)) return -1;
-
     if (grow_to((void **)&c->live_list, &c->live_list_cap, (size_t)na + 1, sizeof *c->live_list) ||
         grow_to((void **)&c->free_idx, &c->free_idx_cap, (size_t)nf + 1, sizeof *c->free_idx))
         BAD("out of memory");
