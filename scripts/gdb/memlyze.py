@@ -40,7 +40,7 @@ except ImportError:          # imported by the lldb script or a test
 
 INFO_SYMBOL = "memlyze_info"
 INFO_MAGIC = b"MLZINFO\0"
-CHECK_ALGORITHM = 1           # the check word heap_entry_check() implements
+CHECK_ALGORITHM = 2           # the check word heap_entry_check() implements
 
 # The descriptor describes itself (payload/info.h, version 4 and later): its
 # fixed head says where a table of its fields is, and every value below is
@@ -85,15 +85,14 @@ def _fmix64(h):
 
 
 def heap_entry_check(key, size, stack_id, tid, time_ns, seq):
-    """memlyze_check_word() of payload/info.h (check_algorithm 1)."""
-    k = 0x9E3779B97F4A7C15
-    h = 0x6D6C7A6865617031
-    h = _fmix64(((h ^ key) + k) & MASK64)
-    h = _fmix64(((h ^ size) + k) & MASK64)
-    h = _fmix64(((h ^ (((stack_id & 0xFFFFFFFF) << 32) | (tid & 0xFFFFFFFF))) + k) & MASK64)
-    h = _fmix64(((h ^ time_ns) + k) & MASK64)
-    h = _fmix64(((h ^ seq) + k) & MASK64)
-    return h
+    """memlyze_check_word() of payload/info.h (check_algorithm 2)."""
+    h = 0x6D6C7A6865617032
+    h += key * 0xE3635A7FA9A7B469
+    h += size * 0xDFDF6B53FB88D607
+    h += (((stack_id & 0xFFFFFFFF) << 32) | (tid & 0xFFFFFFFF)) * 0xFDAA349F5741EBF1
+    h += time_ns * 0xB1E4C0BB51AFCE77
+    h += seq * 0xC8624383FEA3DD59
+    return _fmix64(h & MASK64)
 
 
 def _refuse(why):

@@ -127,7 +127,7 @@ bad(good[:24] + struct.pack('<I', 0) + good[28:], table, 'no field table')
 k = names.index('entry_check')
 bad(good, table[:k * fs] + entry(k, 'entry_chekk') + table[(k + 1) * fs:], 'lacks the field entry_check')
 bad(good, table[:k * fs] + entry(k, o=size) + table[(k + 1) * fs:], 'field entry_check lies outside')
-bad(put(good, 'check_algorithm', 2), table, 'check algorithm 2')
+bad(put(good, 'check_algorithm', 1), table, 'check algorithm 1')
 bad(put(good, 'entry_check', 60), table, 'layout')
 bad(put(good, 'rec_size', 8192), table, 'layout')
 # A later descriptor: one more field, and map_mask_addr moved to the end. Read by name, same values.
