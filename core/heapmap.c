@@ -68,27 +68,6 @@ static void stat_add(_Atomic uint64_t *c, uint64_t n)
     atomic_fetch_add_explicit(c, n, memory_order_relaxed);
 }
 
-/* The calling thread's stripe: its stack's 8 MiB region (a thread whose
- * stack straddles two regions uses both; sharing a stripe is only slower). */
-static mlz_heapmap_stripe *my_stripe(mlz_heapmap *m)
-{
-    uintptr_t sp = (uintptr_t)__builtin_frame_address(0);
-    return &m->stripes[(sp >> 23) & (MLZ_HEAPMAP_STRIPES - 1)];
-}
-
-mlz_heapmap_counts mlz_heapmap_count(const mlz_heapmap *m)
-{
-    mlz_heapmap_counts c = { 0, 0, 0, 0 };
-    for (int i = 0; i < MLZ_HEAPMAP_STRIPES; i++) {
-        const mlz_heapmap_stripe *s = &m->stripes[i];
-        c.inserts += atomic_load_explicit(&s->inserts, memory_order_relaxed);
-        c.removes += atomic_load_explicit(&s->removes, memory_order_relaxed);
-        c.tombstones_recycled += atomic_load_explicit(&s->tombstones_recycled, memory_order_relaxed);
-    }
-    c.live = c.inserts - c.removes - atomic_load_explicit(&m->stale_ended, memory_order_relaxed);
-    return c;
-}
-
 /* The check word is part of the payload's contract with readers outside
  * the process (payload/info.h): one definition for both sides. */
 uint64_t mlz_heap_entry_check(uint64_t key, uint64_t size, uint32_t stack_id,
@@ -116,9 +95,7 @@ int mlz_heapmap_init(mlz_heapmap *m, unsigned log2_cap)
     atomic_init(&m->full_drops, 0);
     atomic_init(&m->death_during_birth, 0);
     atomic_init(&m->stale_replaced, 0);
-    atomic_init(&m->stale_ended, 0);
     atomic_init(&m->max_probe, 0);
-    memset(m->stripes, 0, sizeof m->stripes);
     return 0;
 }
 
@@ -320,7 +297,6 @@ int64_t mlz_heapmap_reserve(mlz_heapmap *m, uint64_t ptr)
             /* malloc just returned ptr, so this entry's free went through a
              * path we did not see (e.g. before the GOT patch): it is stale. */
             int r = end_entry(e, ptr, NULL);
-            if (r == END_LIVE) stat_add(&m->stale_ended, 1);
             if (r != END_LOST) stat_add(&m->stale_replaced, 1);
             k = atomic_load_explicit(&e->key, memory_order_acquire);
         }
@@ -332,8 +308,7 @@ int64_t mlz_heapmap_reserve(mlz_heapmap *m, uint64_t ptr)
         if (claimed < 0 && i >= reach) note_probe(m, home, reach = i + 1);
         if (claimed < 0 && try_claim(e, ptr, &was)) {
             claimed = (int64_t)idx;
-            if (was == MLZ_HEAP_TOMBSTONE) stat_add(&my_stripe(m)->tombstones_recycled, 1);
-            else break; /* claimed an EMPTY slot: the chain ended here */
+            if (was != MLZ_HEAP_TOMBSTONE) break; /* claimed an EMPTY slot: the chain ended here */
         } else if (k == MLZ_HEAP_EMPTY && chain_ends(e)) {
             if (claimed >= 0) break;
         }
@@ -356,10 +331,8 @@ int mlz_heapmap_publish(mlz_heapmap *m, int64_t slot, uint64_t ptr, uint64_t siz
     uint64_t k = MLZ_HEAP_RESERVED;
     /* release: publishes the fields above to every thread that acquires key == ptr. */
     if (atomic_compare_exchange_strong_explicit(&e->key, &k, ptr, memory_order_release,
-                                                memory_order_relaxed)) {
-        stat_add(&my_stripe(m)->inserts, 1);
+                                                memory_order_relaxed))
         return 1;
-    }
     /* key is TOMB: a remover killed the birth and left the slot to us. */
     /* release: key TOMB is visible to the next claimer before pending 0. */
     atomic_store_explicit(&e->pending, 0, memory_order_release);
@@ -412,7 +385,6 @@ int mlz_heapmap_remove(mlz_heapmap *m, uint64_t ptr, mlz_heap_entry *out_copy)
     for (uint64_t i = 0; (e = find_from(m, ptr, &i)); i++) {
         switch (end_entry(e, ptr, out_copy)) {
         case END_LIVE:
-            stat_add(&my_stripe(m)->removes, 1);
             return 1;
         case END_BIRTH:
             stat_add(&m->death_during_birth, 1);

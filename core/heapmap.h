@@ -62,39 +62,21 @@ typedef struct mlz_heap_entry {
 
 _Static_assert(sizeof(mlz_heap_entry) == 64, "mlz_heap_entry must be one cache line");
 
-/* The counts that every insert and remove makes, striped: a thread adds to
- * the stripe of its stack (thread stacks are 8 MiB apart by default), so
- * threads do not all bounce one cache line (that line cost exact mode at 8
- * threads 14%). Each sums over the stripes (mlz_heapmap_count), which
- * also derives the live count from them. */
-#define MLZ_HEAPMAP_STRIPES 16
-typedef struct mlz_heapmap_stripe {
-    _Alignas(MLZ_CACHELINE) _Atomic uint64_t inserts;  /* successful publishes */
-    _Atomic uint64_t removes;             /* published entries removed by free */
-    _Atomic uint64_t tombstones_recycled; /* reserve reused a TOMBSTONE */
-} mlz_heapmap_stripe;
-
 typedef struct mlz_heapmap {
     mlz_heap_entry *slots;  /* 2^log2_cap entries, mmap'd */
     uint64_t mask;          /* capacity - 1 */
     unsigned log2_cap;
     /* Written only when it grows: on this read-mostly line, not on the
-     * statistics' line that every insert writes. */
+     * statistics' line. */
     _Atomic uint64_t max_probe;           /* longest insert probe of any home (statistics) */
-    /* Statistics, all relaxed: nothing is ordered by them. */
+    /* Statistics of rare events, all relaxed: nothing is ordered by them.
+     * Inserts and removes are not counted here: a locked add per event cost
+     * exact mode 3% (the rings count samples and frees; tests count live
+     * entries with mlz_heapmap_foreach). */
     _Alignas(MLZ_CACHELINE) _Atomic uint64_t full_drops;  /* reserve found no free slot */
     _Atomic uint64_t death_during_birth;  /* freed while RESERVED */
     _Atomic uint64_t stale_replaced;      /* same pointer found live at reserve */
-    _Atomic uint64_t stale_ended;         /* ... of them published: ended there, not by a remove */
-    mlz_heapmap_stripe stripes[MLZ_HEAPMAP_STRIPES];
 } mlz_heapmap;
-
-/* The stripes' counts summed; live = inserts - removes - stale_ended. Exact
- * once no thread is inside the map; approximate while threads run. */
-typedef struct mlz_heapmap_counts {
-    uint64_t inserts, removes, tombstones_recycled, live;
-} mlz_heapmap_counts;
-mlz_heapmap_counts mlz_heapmap_count(const mlz_heapmap *m);
 
 /* 0 on success, -1 if log2_cap is out of [4, 40] or mmap fails. */
 int mlz_heapmap_init(mlz_heapmap *m, unsigned log2_cap);

@@ -766,12 +766,8 @@ static void write_counters(uint64_t t_us)
     C("ring_waits", mlz__g.c.ring_waits);
     C("rate_shift", mlz__g.c.rate_shift);
     C("map_capacity", mlz__g.map.mask + 1);
-    mlz_heapmap_counts mc = mlz_heapmap_count(&mlz__g.map);
-    C("map_inserts", mc.inserts);
-    C("map_removes", mc.removes);
     C("map_full_drops", mlz__g.map.full_drops);
     C("map_death_during_birth", mlz__g.map.death_during_birth);
-    C("map_tombstones_recycled", mc.tombstones_recycled);
     C("map_stale_replaced", mlz__g.map.stale_replaced);
     C("map_max_probe", mlz__g.map.max_probe);
     mlz_stacktab_stats ss;
