@@ -29,8 +29,8 @@
 #include <stdint.h>
 
 #define MEMLYZE_INFO_MAGIC   "MLZINFO"  /* 8 bytes with the NUL */
-#define MEMLYZE_INFO_VERSION 5   /* 2: session_addr; 3: map_log2_max; 4: the field table;
-                                    5: entry_tid_shift (was entry_tid) */
+#define MEMLYZE_INFO_VERSION 6   /* 2: session_addr; 3: map_log2_max; 4: the field table;
+                                    5: entry_tid_shift (was entry_tid); 6: check algorithm 2 */
 #define MEMLYZE_INFO_SYMBOL  "memlyze_info"
 
 /* How the payload appears in a process: /proc/PID/maps shows the memfd
