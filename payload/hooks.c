@@ -111,23 +111,27 @@ static int program_frame(uint64_t hi, mlz_unwind_regs *r)
 
 #define CAPTURE_MAX (MLZ_MAX_FRAMES + 8)   /* room for our own frames */
 
-/* Captures the caller's stack into raw[CAPTURE_MAX]; *pcs is set to its
- * first frame that is not ours (no copy). cache: the thread's DWARF rule
- * cache, or NULL. Returns the number of frames at *pcs. */
-static unsigned capture(mlz_tls *t, mlz_unwind_cache *cache, uint64_t *raw, const uint64_t **pcs)
+/* Walks the caller's stack into raw[CAPTURE_MAX], our own frames
+ * included. cache: the thread's DWARF rule cache, or NULL. Returns the
+ * number of frames. */
+static unsigned walk_stack(mlz_tls *t, mlz_unwind_cache *cache, uint64_t *raw)
 {
     uint64_t hi = mlz_stack_cache_hi(&t->stack);
-    unsigned n;
     mlz_unwind_regs r;
     if (mlz__g.unwinder == MLZ_UNWIND_FP)
-        n = mlz_unwind_fp_bounded(raw, CAPTURE_MAX, 0, hi);
-    else if (cache && program_frame(hi, &r))
-        n = mlz_unwind_dwarf_resume(raw, CAPTURE_MAX, &r,
-                                    (uint64_t)(uintptr_t)__builtin_frame_address(0), hi, cache);
-    else if (cache)
-        n = mlz_unwind_dwarf_cached(raw, CAPTURE_MAX, 0, hi, cache);
-    else
-        n = mlz_unwind_dwarf_bounded(raw, CAPTURE_MAX, 0, hi);
+        return mlz_unwind_fp_bounded(raw, CAPTURE_MAX, 0, hi);
+    if (cache && program_frame(hi, &r))
+        return mlz_unwind_dwarf_resume(raw, CAPTURE_MAX, &r,
+                                       (uint64_t)(uintptr_t)__builtin_frame_address(0), hi, cache);
+    if (cache)
+        return mlz_unwind_dwarf_cached(raw, CAPTURE_MAX, 0, hi, cache);
+    return mlz_unwind_dwarf_bounded(raw, CAPTURE_MAX, 0, hi);
+}
+
+/* The program's frames of a walk of n frames: *pcs is set to the first
+ * that is not ours (no copy). Returns how many there are. */
+static unsigned program_frames(const uint64_t *raw, unsigned n, const uint64_t **pcs)
+{
     unsigned i = 0;
     /* A walk that ran off the end can finish on a stale value below every
      * module (0x186a0 was seen): not a frame. Addresses above the lowest
@@ -147,7 +151,7 @@ static unsigned capture(mlz_tls *t, mlz_unwind_cache *cache, uint64_t *raw, cons
  * them, if it was noted at their version and in this session: a loop that
  * allocates from one place interns nothing (no hash, no probe of the
  * shared table: 185 of 2327 instructions per malloc+free of exact mode on
- * the churn, callgrind). */
+ * the churn, callgrind), and does not trim the frames either. */
 static uint32_t stack_id(mlz_tls *t, mlz_ring *ring)
 {
     uint64_t raw[CAPTURE_MAX];
@@ -155,10 +159,11 @@ static uint32_t stack_id(mlz_tls *t, mlz_ring *ring)
     mlz_unwind_cache *c = mlz__g.unwinder == MLZ_UNWIND_FP ? NULL : mlz__unwind_cache(ring);
     uint64_t v0 = c ? c->tail_version : 0;
     if (c) c->same_as_saved = 0;
-    unsigned depth = capture(t, c, raw, &pcs);
+    unsigned n = walk_stack(t, c, raw);
     if (c && c->same_as_saved && c->saved_id && c->saved_version == c->tail_version &&
         c->saved_tag == mlz__g.session)
         return c->saved_id;
+    unsigned depth = program_frames(raw, n, &pcs);
     uint32_t id = mlz_stacktab_intern(&mlz__g.stacks, pcs, depth);
     /* These frames are the saved ones now (a new walk saved, or the same
      * again): note their id. */
