@@ -200,8 +200,8 @@ static void test_info_readable(void)
         for (int j = 0; j < 6; j++) f[j] = x = x * 6364136223846793005ull + 1442695040888963407ull;
         f[2] &= 0xffffffffu, f[3] &= 0xffffffffu;
         uint64_t w = memlyze_check_word(f[0], f[1], (uint32_t)f[2], (uint32_t)f[3], f[4], f[5]);
-        int j = i % 6;
-        uint64_t d = i % 3 == 0 ? 1ull << (i / 6 % 64) : i % 3 == 1 ? ~0ull : (x >> 7) | 1;
+        int j = i % 6, kind = i / 6 % 3;   /* every field gets every kind of delta */
+        uint64_t d = kind == 0 ? 1ull << (i / 18 % 64) : kind == 1 ? ~0ull : (x >> 7) | 1;
         memcpy(g, f, sizeof g);
         g[j] += d;
         if (j == 2 || j == 3) g[j] &= 0xffffffffu;
