@@ -10,7 +10,8 @@
 #   exact      memlyze -r 1 (every allocation), LD_PRELOAD
 #   heaptrack  heaptrack (every allocation), if installed
 # Columns: Mops/s (one op = free + malloc), slowdown against plain and floor
-# (>1 = slower), the target's VmRSS at the end. Exact and heaptrack run
+# (>1 = slower; the median of the ratios within each round), the target's
+# VmRSS at the end. Exact and heaptrack run
 # OPS/10 operations per thread (rates are per operation, so comparable).
 #   bench/compare.sh [RUNS]     env: OPS (per thread, default 2000000), THREADS (8)
 # Last lines: exact mode's and heaptrack's RSS over plain (the memory goal).
@@ -62,6 +63,10 @@ one() {
     echo "${ns:-nan} ${rss:-0} ${cpu:-0 0}"
 }
 median() { sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+# The median over rounds of config A's time over config B's in the same
+# round: this VM's speed changes by up to 2x from one minute to the next,
+# and a ratio of two medians then compares runs made in different states.
+ratio() { paste -d' ' <(awk '{ print $1 }' "$1") <(awk '{ print $1 }' "$2") | awk '{ print $1 / $2 }' | median; }
 
 for n in 1 "$THREADS"; do
     for r in $(seq "$RUNS"); do
@@ -70,16 +75,15 @@ for n in 1 "$THREADS"; do
 done
 
 echo "churn: malloc/free of 16-1024 B over 64 live blocks per thread; medians of $RUNS alternating runs"
+echo "(x_plain, x_floor: medians of the ratios within each round, every config run once per round)"
 printf '%-10s %7s %9s %9s %9s %9s\n' config threads Mops/s x_plain x_floor rss_KiB
 for n in 1 "$THREADS"; do
-    p=$(awk '{ print $1 }' "$T/r.plain.$n" | median)
-    f=$(awk '{ print $1 }' "$T/r.floor.$n" | median)
     for c in $CONFIGS; do
         ns=$(awk '{ print $1 }' "$T/r.$c.$n" | median)
         rss=$(awk '{ print $2 }' "$T/r.$c.$n" | median)
         # churn prints wall ns per op of one thread; all threads run at once.
         printf '%-10s %7d %9.2f %9.2f %9.2f %9d\n' "$c" "$n" "$(echo "$n * 1000 / $ns" | bc -l)" \
-            "$(echo "$ns / $p" | bc -l)" "$(echo "$ns / $f" | bc -l)" "$rss"
+            "$(ratio "$T/r.$c.$n" "$T/r.plain.$n")" "$(ratio "$T/r.$c.$n" "$T/r.floor.$n")" "$rss"
     done
 done
 # What the drain thread (rings to spool: the writer) costs the target: its
