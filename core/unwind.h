@@ -117,10 +117,11 @@ unsigned mlz_unwind_dwarf_bounded(uint64_t *pcs, unsigned max, unsigned skip,
  * saved at CFA + offset" (almost all compiled code), and for the outermost
  * frame (undefined return address: the walk ends there). A hit skips the module
  * lookup, the FDE search and the CFA program. Zero-initialise it; it empties
- * itself when the module table's generation changes. Not re-entrant: one
- * cache per thread, never used from a signal handler that may interrupt an
- * unwind using the same cache (a torn entry gives a wrong stack, never a
- * fault). 512 entries, 16 KiB, and the last walk's frames, 6.4 KiB. */
+ * itself when the module table's generation changes (if anything was written
+ * since it was last emptied: a fresh cache's pages stay untouched). Not
+ * re-entrant: one cache per thread, never used from a signal handler that
+ * may interrupt an unwind using the same cache (a torn entry gives a wrong
+ * stack, never a fault). 512 entries, 16 KiB, and the last walk's frames, 6.4 KiB. */
 #define MLZ_UNWIND_CACHE_ENTRIES 512
 
 typedef struct mlz_unwind_cache_entry {
@@ -168,6 +169,7 @@ typedef struct mlz_unwind_cache {
     uint64_t fp_steps;      /* frames stepped by rbp in frame-pointer modules */
     mlz_unwind_fp_module fp[MLZ_UNWIND_FP_MODULES];
     uint32_t fp_next;       /* modules met so far (0: none, nothing to check) */
+    uint8_t filled;         /* an entry or a module was written since the last clear */
     mlz_unwind_cache_entry e[MLZ_UNWIND_CACHE_ENTRIES];
     uint64_t tail_hits;     /* walks finished from the last walk's frames */
     uint32_t tail_n;        /* frames in tail[tail_cur]; 0: none */

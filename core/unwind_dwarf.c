@@ -1053,6 +1053,7 @@ static void fp_module_met(mlz_unwind_cache *c, const mlz_module *m)
         if (c->fp[i].m == m)
             return;
     c->fp[c->fp_next++ % MLZ_UNWIND_FP_MODULES] = (mlz_unwind_fp_module){ m->exec_start, m->exec_end, m };
+    c->filled = 1;
 }
 
 /* One frame: the caller's registers into *nx. exact: pc is not a return
@@ -1096,10 +1097,13 @@ static int step(walker *w, const mlz_unwind_regs *cur, uint64_t look, int exact,
         rc = apply_row(&rw, &w->ci, cur, &w->b, nx);
         *signal = w->ci.signal;
         *sp_rule = rw.cfa_how == RULE_OFFSET && rw.cfa_reg == MLZ_REG_RSP;
-        if (rc == STEP_OK && ce)
+        if (rc == STEP_OK && ce) {
             cache_fill(ce, look, &rw, &w->ci);
-        else if (rc == STEP_END && ce && !w->ci.signal)
+            w->cache->filled = 1;
+        } else if (rc == STEP_END && ce && !w->ci.signal) {
             cache_fill_outermost(ce, look);
+            w->cache->filled = 1;
+        }
         return rc;
     case FDE_NONE:
         if (sigreturn_step(w->m, cur, &w->b, nx) == STEP_OK) {
@@ -1215,8 +1219,15 @@ static unsigned dwarf_walk(uint64_t *pcs, unsigned max, unsigned skip, mlz_unwin
     if (cache) {
         uint64_t gen = mlz_modtab_generation();
         if (cache->generation != gen) {
-            memset(cache->e, 0, sizeof cache->e);
-            memset(cache->fp, 0, sizeof cache->fp);
+            /* Not written since it was last emptied (a fresh cache): it is
+             * all zero, and clearing it would only fault its pages in (a
+             * thread's first walk made 16 KiB of each thread's cache
+             * resident). */
+            if (cache->filled) {
+                memset(cache->e, 0, sizeof cache->e);
+                memset(cache->fp, 0, sizeof cache->fp);
+                cache->filled = 0;
+            }
             cache->fp_next = 0;
             cache->generation = gen;
             cache->tail_n = 0;

@@ -608,6 +608,40 @@ static void test_cache(void)
     CHECK(g_cache.generation == mlz_modtab_generation());
 }
 
+/* A fresh cache (all zero, as mmap gives it) is not cleared by its first
+ * walk: the clear only faulted in its pages, 16 KiB of entries in every
+ * thread. A walk that fills nothing (from a pc in no module) leaves the
+ * pages wholly inside the entries untouched, but for the one its look-up
+ * reads. */
+static void test_cache_fresh_pages(void)
+{
+    REQUIRE(mlz_modtab_refresh() == 0);
+    REQUIRE(mlz_modtab_generation() != 0);
+    uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+    mlz_unwind_cache *c = mmap(NULL, sizeof *c, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    REQUIRE(c != MAP_FAILED);
+    uint64_t stack[64] = { 0 }, pcs[8];
+    mlz_unwind_regs r;
+    memset(&r, 0, sizeof r);
+    r.reg[MLZ_REG_RIP] = 0x1000;
+    r.reg[MLZ_REG_RSP] = (uint64_t)(uintptr_t)&stack[8];
+    r.valid = 1u << MLZ_REG_RIP | 1u << MLZ_REG_RSP;
+    unsigned n = mlz_unwind_dwarf_resume(pcs, 8, &r, (uint64_t)(uintptr_t)stack,
+                                         (uint64_t)(uintptr_t)(stack + 64), c);
+    CHECK(n <= 1);
+    CHECK(c->generation == mlz_modtab_generation());   /* the walk took the cache over */
+    CHECK(!c->filled);
+    uintptr_t lo = ((uintptr_t)c->e + pg - 1) & ~(pg - 1);
+    uintptr_t hi = (uintptr_t)(c->e + MLZ_UNWIND_CACHE_ENTRIES) & ~(pg - 1);
+    unsigned char vec[16];
+    REQUIRE(hi > lo && (hi - lo) / pg <= sizeof vec && mincore((void *)lo, hi - lo, vec) == 0);
+    unsigned resident = 0;
+    for (uintptr_t i = 0; i < (hi - lo) / pg; i++) resident += vec[i] & 1;
+    CHECK(resident <= 1);
+    if (resident > 1) fprintf(stderr, "  %u of %u entry pages resident\n", resident, (unsigned)((hi - lo) / pg));
+    munmap(c, sizeof *c);
+}
+
 /* ---- the last walk's frames (the tail) ---- */
 
 /* Each capture walks twice from the same frame: uncached (the truth) and
@@ -1430,6 +1464,7 @@ int main(int argc, char **argv)
     RUN(test_shared_lib);
     RUN(test_stale_modtab);
     RUN(test_cache);
+    RUN(test_cache_fresh_pages);
     RUN(test_tail_hits);
     RUN(test_tail_stale);
     RUN(test_tail_longjmp);
