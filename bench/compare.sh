@@ -11,8 +11,8 @@
 #   heaptrack  heaptrack (every allocation), if installed
 # Columns: Mops/s (one op = free + malloc), slowdown against plain and floor
 # (>1 = slower; the median of the ratios within each round), the target's
-# VmRSS at the end. Exact and heaptrack run
-# OPS/10 operations per thread (rates are per operation, so comparable).
+# VmRSS at the end. Exact and heaptrack run OPS/10 operations per thread
+# (rates are per operation, so comparable).
 #   bench/compare.sh [RUNS]     env: OPS (per thread, default 2000000), THREADS (8)
 # Last lines: exact mode's and heaptrack's RSS over plain (the memory goal).
 set -u

@@ -3,10 +3,10 @@
  * of the heap map.
  *
  * Every free() asks the filter first: a hash and one byte load
- * (mlz_bloom_first_default), then three more bytes of the same cache line when that
- * one is set (mlz_bloom_rest). Only a "maybe" goes on to the map. A wrong "no" would leave a freed block
- * in the map forever (a phantom leak), so the filter never answers "no" for
- * a live sampled pointer.
+ * (mlz_bloom_first_default), then three more bytes of the same cache line
+ * when that one is set (mlz_bloom_rest). Only a "maybe" goes on to the map.
+ * A wrong "no" would leave a freed block in the map forever (a phantom
+ * leak), so the filter never answers "no" for a live sampled pointer.
  *
  * Why counting, not the spec's bit filter: allocators hand the same
  * addresses out again and again (glibc's tcache reuses a freed block at

@@ -121,7 +121,8 @@ unsigned mlz_unwind_dwarf_bounded(uint64_t *pcs, unsigned max, unsigned skip,
  * since it was last emptied: a fresh cache's pages stay untouched). Not
  * re-entrant: one cache per thread, never used from a signal handler that
  * may interrupt an unwind using the same cache (a torn entry gives a wrong
- * stack, never a fault). 512 entries, 16 KiB, and the last walk's frames, 6.4 KiB. */
+ * stack, never a fault). 512 entries, 16 KiB, and the last walk's frames,
+ * 6.4 KiB. */
 #define MLZ_UNWIND_CACHE_ENTRIES 512
 
 typedef struct mlz_unwind_cache_entry {
