@@ -51,11 +51,13 @@ static void count_cb(const mlz_heap_entry *e, void *arg)
     ++*(uint64_t *)arg;
 }
 
-/* The published entries a reader outside the process would see. */
+/* The published entries a reader outside the process would see (the
+ * callback's count and foreach's own must agree). */
 static uint64_t live_entries(mlz_heapmap *m)
 {
     uint64_t n = 0;
-    mlz_heapmap_foreach(m, count_cb, &n);
+    size_t r = mlz_heapmap_foreach(m, count_cb, &n);
+    CHECK_EQ_U64(r, n);
     return n;
 }
 
