@@ -444,13 +444,21 @@ void mlz_writer_abort(mlz_writer *w)
 
 /* --------------------------------------------------------------- events */
 
-/* Makes room for an event of at most n bytes; 0 or the sticky error. */
-static int reserve(mlz_writer *w, size_t n)
+static int reserve_slow(mlz_writer *w, size_t n)
 {
     if (w->err) return w->err;
     if (w->len + n > w->cap) return flush(w, 0);
     if (w->split && w->events - w->block_first_event >= MLZ_SPLIT_MAX_EVENTS) return flush(w, 0);
     return 0;
+}
+
+/* Makes room for an event of at most n bytes; 0 or the sticky error. The
+ * common case, a plain writer with room, is inline: the payload's drain
+ * thread writes every event of exact mode through here. */
+static inline int reserve(mlz_writer *w, size_t n)
+{
+    if (__builtin_expect(!w->err && !w->split && w->len + n <= w->cap, 1)) return 0;
+    return reserve_slow(w, n);
 }
 
 /* Events from several threads can arrive slightly out of order; a negative

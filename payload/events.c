@@ -414,10 +414,11 @@ static void write_modules(uint64_t now_us)
     }
 }
 
-static void write_stack(uint32_t id, uint64_t t_us)
+/* The first ALLOC of a stack writes it (write_rec checks the bitmap: this
+ * is the rare path). */
+static __attribute__((noinline)) void write_stack(uint32_t id, uint64_t t_us)
 {
     if (id == MLZ_STACK_NONE || id == MLZ_STACK_TRUNCATED || id >= MLZ_STACKTAB_DEFAULT_MAX) return;
-    if (stack_written[id / 8] & (1u << (id % 8))) return;
     const uint64_t *pcs;
     unsigned depth;
     if (!mlz_stacktab_get(&mlz__g.stacks, id, &pcs, &depth)) return;
@@ -462,7 +463,7 @@ static void write_rec(const mlz_rec *e, int32_t tid)
                 size_t n = mlz_spool_stack(p, id, NULL, 0);
                 truncated_written = mlz_writer_ext(&spool, MLZ_EV_STACK_RAW, t, p, n) == 0;
             }
-        } else {
+        } else if (!(stack_written[id / 8] & (1u << (id % 8)))) {
             write_stack((uint32_t)id, t);
         }
         rc = mlz_writer_alloc(&spool, t, e->addr, e->size, id, (uint16_t)tid);
