@@ -48,7 +48,9 @@ one() {
         rm -f "$T/go"
         CHURN_GO="$T/go" "$T/churn" threads "$n" "$ops" >"$T/out" &
         local pid=$!
-        sleep 0.1
+        # Attach to churn itself, not to the shell that is about to exec it.
+        for _ in $(seq 500); do [ "$(readlink /proc/$pid/exe)" = "$T/churn" ] && break; sleep 0.01; done
+        sleep 0.05
         "$ATTACH" -q -o "$T/a.mlyze" "$pid" >/dev/null || echo "compare.sh: attach failed" >&2
         touch "$T/go"
         wait "$pid"

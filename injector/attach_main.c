@@ -218,7 +218,7 @@ static int start_payload(attach_args *a, attach_run *x)
 {
     int rc, ret = 0;
     pid_t pid = a->pid;
-    if ((rc = mlz__session_begin(&x->s, pid, a->o.thread, a->o.timeout_ms, a->o.hold_ms))) return x->in_session = 1, rc;
+    if ((rc = mlz__session_begin(&x->s, &x->t, a->o.thread, a->o.timeout_ms, a->o.hold_ms))) return x->in_session = 1, rc;
     x->in_session = 1;
     mlz__note("borrowing thread %d", (int)x->s.r.tid);
     if ((rc = mlz__load_payload(&x->s.r, a->payload, &x->l))) return rc;

@@ -158,7 +158,7 @@ int main(int argc, char **argv)
     }
 
     uint64_t t0 = mlz__now_us();
-    if ((rc = mlz__session_begin(&s, pid, want_tid, timeout_ms, hold_ms))) { mlz__session_end(&s); goto fail; }
+    if ((rc = mlz__session_begin(&s, &t, want_tid, timeout_ms, hold_ms))) { mlz__session_end(&s); goto fail; }
     if ((rc = mlz__find_loaded(&s.r, &l)) ||
         (rc = mlz__call_entry(&s.r, l.fn_detach, NULL, &ret, timeout_ms * 4))) {
         mlz__session_end(&s);

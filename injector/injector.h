@@ -126,9 +126,14 @@ typedef struct mlz_target {
     int payload_mapped;          /* our payload is already in it */
     int payload_active;          /* ... and sampling: 1, inert: 0, unknown: -1 */
     int seccomp;                 /* 0 none, 1 strict, 2 filter */
+    uint64_t image;              /* mlz__image_id at the preflight */
 } mlz_target;
 enum { MLZ_PRE_ALLOW_SECCOMP = 1 };
 int mlz__preflight(pid_t pid, int flags, mlz_target *t);
+/* Which program image pid runs: a hash of its auxiliary vector, which every
+ * exec writes anew (entry point, program headers, AT_RANDOM's address on
+ * the new stack). 0 if it cannot be read. */
+uint64_t mlz__image_id(pid_t pid);
 
 /* ---- remote.c: run code in one stopped thread and put it back */
 typedef struct mlz_remote {
@@ -253,7 +258,7 @@ typedef struct mlz_session {
 } mlz_session;
 /* hold_ms: how long the other threads may stay stopped while the borrowed
  * one runs injected code (0: let them go before it runs). */
-int  mlz__session_begin(mlz_session *s, pid_t pid, pid_t want_tid, int timeout_ms, int hold_ms);
+int  mlz__session_begin(mlz_session *s, const mlz_target *t, pid_t want_tid, int timeout_ms, int hold_ms);
 int  mlz__session_end(mlz_session *s);     /* restore everything, detach; keeps first error */
 
 /* ---- state.c: what attach leaves for detach, and the finalize step */

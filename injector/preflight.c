@@ -93,6 +93,21 @@ static int check_exe(pid_t pid)
     return 0;
 }
 
+uint64_t mlz__image_id(pid_t pid)
+{
+    char path[64];
+    uint8_t buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/auxv", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    ssize_t n = read(fd, buf, sizeof buf);
+    close(fd);
+    if (n <= 0) return 0;
+    uint64_t h = 0xcbf29ce484222325ull;   /* FNV-1a */
+    for (ssize_t i = 0; i < n; i++) h = (h ^ buf[i]) * 0x100000001b3ull;
+    return h ? h : 1;
+}
+
 int mlz__preflight(pid_t pid, int flags, mlz_target *t)
 {
     int tracer;
@@ -104,6 +119,9 @@ int mlz__preflight(pid_t pid, int flags, mlz_target *t)
         mlz__err("no such process: %d", (int)pid);
         return MLZ_INJ_ESRCH;
     }
+    /* First: all that is learnt of the process from here on belongs to this
+     * image, which session_begin checks again once every thread is held. */
+    t->image = mlz__image_id(pid);
     if (pid == getpid()) { mlz__err("refusing to attach to myself"); return MLZ_INJ_EREFUSE; }
     if (state == 'Z' || state == 'X') {
         mlz__err("process %d (%s) is a zombie: it has exited", (int)pid, t->comm);

@@ -155,9 +155,10 @@ static int unlock_loader(mlz_remote *r)
     return 0;
 }
 
-int mlz__session_begin(mlz_session *s, pid_t pid, pid_t want_tid, int timeout_ms, int hold_ms)
+int mlz__session_begin(mlz_session *s, const mlz_target *target, pid_t want_tid, int timeout_ms, int hold_ms)
 {
     int rc;
+    pid_t pid = target->pid;
     pid_t tid;
     uint64_t lock_fn = 0, unlock_fn = 0;
     memset(s, 0, sizeof *s);
@@ -178,9 +179,26 @@ int mlz__session_begin(mlz_session *s, pid_t pid, pid_t want_tid, int timeout_ms
     /* The target's threads may be many and busy: be scheduled first while
      * we hold them (best effort: needs CAP_SYS_NICE). */
     if (setpriority(PRIO_PROCESS, 0, -20)) {}
+    /* Tests widen the window in which the process may exec (attach_exec.sh). */
+    const char *delay = getenv("MEMLYZE_TEST_STOP_DELAY_MS");
+    if (delay) {
+        mlz__note("test: waiting %s ms before stopping the threads", delay);
+        usleep((useconds_t)atoi(delay) * 1000);
+    }
     rc = mlz__threads_stop_all(&s->g, timeout_ms);
     s->stopped_all = 1;
     if (rc) return rc;
+    /* Held, the process can no longer exec; if it did before, what was read
+     * of it (modules, symbols, lock addresses, and /proc/PID/mem, which
+     * stays bound to the memory it was opened on) is of the old image. */
+    mlz__mem_close();
+    if (target->image && mlz__image_id(pid) != target->image) {
+        char comm[64] = "?";
+        mlz__thread_name(pid, pid, comm, sizeof comm);
+        mlz__err("process %d ran exec while this command prepared (it now runs %s): nothing was changed in it; "
+                 "run the command again", (int)pid, comm);
+        return MLZ_INJ_ESTATE;
+    }
     mlz__note("holding %d threads of %d", s->g.n, (int)pid);
     if ((rc = mlz__safepoint_find(&s->g, have_locks ? &L : NULL, timeout_ms, &tid))) return rc;
     /* Before the borrowed thread's registers are saved: they may change. */

@@ -38,4 +38,31 @@ sys.exit(0 if d['samples'] > 10 else 1)"
 check "detach after exec: state directory removed" test ! -e "/tmp/memlyze-$TP"
 out=$("$DETACH" "$TP" 2>&1)
 check "detach again: not attached" grep -q "is not attached" <<<"$out"
+
+# An exec while memlyze-attach prepares (before it holds the threads): what
+# it read belongs to the old image, and /proc/PID/mem still to the old
+# memory. Held, the process is checked again: a clean refusal, the process
+# untouched. MEMLYZE_TEST_STOP_DELAY_MS holds the window open.
+"$T/execer" waitexec "$T/go2" /bin/sleep 30 > "$T/execer2.out" 2>&1 &
+TP2=$!
+trap 'kill $TP $TP2 2>/dev/null; wait $TP $TP2 2>/dev/null; rm -rf "$T" "/tmp/memlyze-$TP" "/tmp/memlyze-$TP2"' EXIT
+for _ in $(seq 100); do grep -q waiting "$T/execer2.out" && break; sleep 0.02; done
+MEMLYZE_TEST_STOP_DELAY_MS=2000 timeout 30 "$ATTACH" -v -q -o "$T/race.mlyze" "$TP2" > /dev/null 2> "$T/race.err" &
+AP=$!
+for _ in $(seq 500); do grep -q "test: waiting" "$T/race.err" && break; sleep 0.02; done
+touch "$T/go2"
+for _ in $(seq 200); do [ "$(cat /proc/$TP2/comm 2>/dev/null)" = sleep ] && break; sleep 0.02; done
+wait $AP; rc=$?
+check "exec during attach: the window was reached" grep -q "test: waiting" "$T/race.err"
+check "exec during attach: attach fails" test $rc -ne 0
+last=$(grep '^memlyze-attach: ' "$T/race.err")
+check "exec during attach: says so, naming the new program" \
+    grep -q "ran exec while this command prepared (it now runs sleep): nothing was changed in it" <<<"$last"
+check "exec during attach: the process runs on" kill -0 "$TP2"
+check "exec during attach: no payload in it" bash -c "! grep -q libmemlyze /proc/$TP2/maps"
+check "exec during attach: no state left" test ! -e "/tmp/memlyze-$TP2"
+check "exec during attach: no trace left" test ! -e "$T/race.mlyze"
+check "exec during attach: attaching again works" timeout 30 "$ATTACH" -q -o "$T/race.mlyze" "$TP2"
+check "exec during attach: and detaching" timeout 30 "$DETACH" -q "$TP2"
+check "exec during attach: the trace is valid" "$MEMLYZE" validate "$T/race.mlyze"
 finish
