@@ -131,6 +131,11 @@ $(MEMLYZE): $(READER_OBJ) $(MEMLYZE_INJ_OBJ) $(LIBS)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $(READER_OBJ) $(MEMLYZE_INJ_OBJ) $(LIBS) $(SYSLIBS)
 
+# test_injector checks those helpers' reads of memory.
+$(O)/tests/test_injector: $(O)/tests/unit/test_injector.o $(MEMLYZE_INJ_OBJ) $(LIBS)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $< $(MEMLYZE_INJ_OBJ) $(LIBS) $(SYSLIBS)
+
 # The injector runs outside the target: libelf reads the target's libc,
 # libdw unwinds its stopped threads.
 $(ATTACH): $(O)/injector/attach_main.o $(INJ_OBJ) $(LIBPROC)

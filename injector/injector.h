@@ -65,6 +65,10 @@ const char *mlz__pt_perm_cause(pid_t pid, int err, char *buf, size_t cap);
 int  mlz__mem_open(pid_t pid);
 void mlz__mem_close(void);
 int  mlz__mem_read(uint64_t addr, void *buf, size_t len);
+/* A read whose failure is an answer (a probe): no error is recorded, so
+ * it cannot stand in for the error of a later step (only the first one
+ * recorded is printed). 0 or -1. */
+int  mlz__mem_peek(uint64_t addr, void *buf, size_t len);
 int  mlz__mem_write(uint64_t addr, const void *buf, size_t len);
 int  mlz__mem_read_str(uint64_t addr, char *buf, size_t cap);
 

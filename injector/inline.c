@@ -79,7 +79,7 @@ int mlz__inline_write(pid_t pid, const struct memlyze_inline_site *s, int n, int
     } else if ((rc = mlz__mem_open(pid)) == 0) {
         for (int i = 0; i < n; i++) {
             uint8_t cur[16];
-            if (mlz__mem_read(s[i].at, cur, s[i].jmp_len) || memcmp(cur, s[i].orig, s[i].jmp_len)) {
+            if (mlz__mem_peek(s[i].at, cur, s[i].jmp_len) || memcmp(cur, s[i].orig, s[i].jmp_len)) {
                 mlz__note("inline hook %s at 0x%llx: bytes changed since they were read, not written", names[i],
                           (unsigned long long)s[i].at);
                 continue;

@@ -237,7 +237,7 @@ void mlz__payload_stats(mlz_remote *r, const mlz_loaded *l, int *modules, int *s
     if (!l->fn_stats || mlz__remote_put(r, D_SYM, v, sizeof v, &at)) return;
     a[0] = at;
     a[1] = at + 4;
-    if (mlz__remote_call(r, l->fn_stats, a, &ret, 2000) || mlz__mem_read(at, v, sizeof v)) return;
+    if (mlz__remote_call(r, l->fn_stats, a, &ret, 2000) || mlz__mem_peek(at, v, sizeof v)) return;
     *modules = v[0];
     *slots = v[1];
 }

@@ -150,7 +150,7 @@ static int from_table(uint64_t rtld, uint64_t size, mlz_glibc_locks *L)
         int ok = 1;
         for (int j = 0; j < 3 && ok; j++) {
             int32_t kind;
-            ok = mlz__mem_read(at[j] + MUTEX_KIND, &kind, sizeof kind) == 0 && kind == RECURSIVE_NP;
+            ok = mlz__mem_peek(at[j] + MUTEX_KIND, &kind, sizeof kind) == 0 && kind == RECURSIVE_NP;
         }
         if (!ok) continue;
         memcpy(L->rtld, at, sizeof at);
@@ -229,7 +229,7 @@ int mlz__locks_busy(const mlz_glibc_locks *L, mlz_tgroup *g, char *why, size_t c
     if (mlz__mem_open(g->pid)) return 0;
     for (int i = 0; i < 3 && !busy; i++) {
         int32_t m[3];
-        if (!L->rtld[i] || mlz__mem_read(L->rtld[i], m, sizeof m) || (m[0] == 0 && m[2] == 0)) continue;
+        if (!L->rtld[i] || mlz__mem_peek(L->rtld[i], m, sizeof m) || (m[0] == 0 && m[2] == 0)) continue;
         busy = MLZ_LOCK_LOADER;
         *holder = host_tid(g, m[2]);
         if (m[2] > 0)
@@ -239,7 +239,7 @@ int mlz__locks_busy(const mlz_glibc_locks *L, mlz_tgroup *g, char *why, size_t c
             snprintf(why, cap, "a thread holds %s", rtld_what[i]);
     }
     int32_t v;
-    if (!busy && L->stack_cache && mlz__mem_read(L->stack_cache, &v, sizeof v) == 0 && v) {
+    if (!busy && L->stack_cache && mlz__mem_peek(L->stack_cache, &v, sizeof v) == 0 && v) {
         busy = MLZ_LOCK_STACKS;
         snprintf(why, cap, "a thread holds the thread-stack cache lock (creating, joining or ending a thread)");
     }
@@ -247,10 +247,10 @@ int mlz__locks_busy(const mlz_glibc_locks *L, mlz_tgroup *g, char *why, size_t c
      * running malloc code); safepoint.c decides whether a holder is parked. */
     uint64_t a = L->main_arena;
     for (int i = 0; !busy && a && i < 4096; i++) {
-        if (mlz__mem_read(a, &v, sizeof v)) break;
+        if (mlz__mem_peek(a, &v, sizeof v)) break;
         if (v) { busy = MLZ_LOCK_ARENA; snprintf(why, cap, "a malloc arena lock is held"); }
         uint64_t next;
-        if (mlz__mem_read(a + L->arena_next, &next, sizeof next) || next == L->main_arena) break;
+        if (mlz__mem_peek(a + L->arena_next, &next, sizeof next) || next == L->main_arena) break;
         a = next;
     }
     return busy;

@@ -196,6 +196,11 @@ void mlz__mem_close(void)
     mem_fd = -1;
 }
 
+int mlz__mem_peek(uint64_t addr, void *buf, size_t len)
+{
+    return pread(mem_fd, buf, len, (off_t)addr) == (ssize_t)len ? 0 : -1;
+}
+
 int mlz__mem_read(uint64_t addr, void *buf, size_t len)
 {
     ssize_t n = pread(mem_fd, buf, len, (off_t)addr);

@@ -67,7 +67,7 @@ void mlz__undo_eintr(mlz_tgroup *g)
             continue;
         }
         uint8_t insn[2];
-        if (mlz__mem_open(t->tid) || mlz__mem_read(t->regs.rip - 2, insn, 2) || insn[0] != 0x0f || insn[1] != 0x05)
+        if (mlz__mem_open(t->tid) || mlz__mem_peek(t->regs.rip - 2, insn, 2) || insn[0] != 0x0f || insn[1] != 0x05)
             continue;
         if (!eintr_is_ours(g->pid, t->tid)) continue;
         struct user_regs_struct r = t->regs;
