@@ -78,7 +78,8 @@ static void comm_of(pid_t pid, char *buf, size_t cap)
     }
 }
 
-/* e_ident and e_machine of the executable: 64-bit x86 only. */
+/* e_ident and e_machine of the executable: 64-bit x86 only (-1 if not).
+ * 1 if it names a dynamic loader (PT_INTERP), else 0. */
 static int check_exe(pid_t pid)
 {
     char path[64];
@@ -87,11 +88,25 @@ static int check_exe(pid_t pid)
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return errno == ENOENT ? -2 : 0;     /* unreadable: let ptrace decide */
     ssize_t n = pread(fd, &eh, sizeof eh, 0);
+    int dynamic = 0;
+    if (n == (ssize_t)sizeof eh && eh.e_phentsize == sizeof(Elf64_Phdr)) {
+        for (unsigned i = 0; i < eh.e_phnum && i < 256 && !dynamic; i++) {
+            Elf64_Phdr ph;
+            if (pread(fd, &ph, sizeof ph, (off_t)(eh.e_phoff + i * sizeof ph)) != (ssize_t)sizeof ph) break;
+            dynamic = ph.p_type == PT_INTERP;
+        }
+    }
     close(fd);
     if (n < (ssize_t)sizeof eh || memcmp(eh.e_ident, ELFMAG, SELFMAG)) return 0;
     if (eh.e_ident[EI_CLASS] != ELFCLASS64 || eh.e_machine != EM_X86_64) return -1;
-    return 0;
+    return dynamic;
 }
+
+/* A dynamically linked program maps libc.so.6 while it starts (its loader
+ * runs first), and a process in the middle of an exec shows a half-built
+ * image for a moment: both are waited for, up to this long, rather than
+ * called statically linked. */
+#define STARTUP_WAIT_MS 2000
 
 uint64_t mlz__image_id(pid_t pid)
 {
@@ -108,7 +123,7 @@ uint64_t mlz__image_id(pid_t pid)
     return h ? h : 1;
 }
 
-int mlz__preflight(pid_t pid, int flags, mlz_target *t)
+static int preflight_once(pid_t pid, int flags, mlz_target *t)
 {
     int tracer;
     char state;
@@ -156,16 +171,49 @@ int mlz__preflight(pid_t pid, int flags, mlz_target *t)
                  "(--allow-seccomp to try anyway)", (int)pid, t->comm);
         return MLZ_INJ_EREFUSE;
     }
-    if (mlz_proc_module_find(pid, mlz_proc_is_libc, &m)) {
+    int libc = mlz_proc_module_find(pid, mlz_proc_is_libc, &m) == 0;
+    int ldso = mlz_proc_module_find(pid, mlz_proc_is_ldso, &m) == 0;
+    if (!(libc && ldso) && ex == 1) {
+        mlz__err("process %d (%s) is dynamically linked but has not mapped libc.so.6 and its loader after %d ms "
+                 "(still starting and stopped, or not a glibc program)", (int)pid, t->comm, STARTUP_WAIT_MS);
+        return MLZ_INJ_EREFUSE;
+    }
+    if (!libc) {
         mlz__err("process %d (%s) is statically linked (no libc.so.6 mapped): cannot load the profiler into it",
                  (int)pid, t->comm);
         return MLZ_INJ_EREFUSE;
     }
-    if (mlz_proc_module_find(pid, mlz_proc_is_ldso, &m)) {
+    if (!ldso) {
         mlz__err("process %d (%s) has no dynamic loader mapped: statically linked", (int)pid, t->comm);
         return MLZ_INJ_EREFUSE;
     }
     t->payload_mapped = mlz_proc_payload_find(pid, &m) == 0;
     t->payload_active = t->payload_mapped ? payload_active(pid, &m) : 0;
     return 0;
+}
+
+static void wait_for_startup(pid_t pid)
+{
+    mlz_proc_module m;
+    for (int waited = 0; waited < STARTUP_WAIT_MS; waited += 10) {
+        if (check_exe(pid) != 1 || (mlz_proc_module_find(pid, mlz_proc_is_libc, &m) == 0 &&
+                                    mlz_proc_module_find(pid, mlz_proc_is_ldso, &m) == 0))
+            return;
+        usleep(10000);
+    }
+}
+
+/* An exec during the preflight (a shell that execs the program it was
+ * started for, right after the start) makes what was learnt stale, and
+ * maybe the verdict: the new image is looked at afresh, a few times. */
+int mlz__preflight(pid_t pid, int flags, mlz_target *t)
+{
+    int rc = 0;
+    for (int i = 0; i < 4; i++) {
+        mlz__err_clear();
+        wait_for_startup(pid);
+        rc = preflight_once(pid, flags, t);
+        if (!t->image || mlz__image_id(pid) == t->image) break;
+    }
+    return rc;
 }

@@ -65,4 +65,23 @@ check "exec during attach: no trace left" test ! -e "$T/race.mlyze"
 check "exec during attach: attaching again works" timeout 30 "$ATTACH" -q -o "$T/race.mlyze" "$TP2"
 check "exec during attach: and detaching" timeout 30 "$DETACH" -q "$TP2"
 check "exec during attach: the trace is valid" "$MEMLYZE" validate "$T/race.mlyze"
+
+# A program caught in its start-up, before its loader mapped libc.so.6
+# (startstop stops it ahead of its first instruction): attach waits for the
+# loader instead of calling it statically linked.
+cc -O2 -g -o "$T/startstop" "$ROOT/tests/targets/startstop.c" || fail "build startstop"
+"$T/startstop" "$T/execer" waitexec "$T/never" /bin/sleep 30 > "$T/ss.pid"
+TP3=$(cat "$T/ss.pid")
+trap 'kill -9 $TP $TP2 $TP3 2>/dev/null; wait $TP $TP2 2>/dev/null; rm -rf "$T" "/tmp/memlyze-$TP" "/tmp/memlyze-$TP2" "/tmp/memlyze-$TP3"' EXIT
+check "start-up: caught before libc.so.6 is mapped" bash -c "! grep -q libc.so.6 /proc/$TP3/maps"
+out=$(timeout 30 "$ATTACH" -q -o "$T/ss.mlyze" "$TP3" 2>&1); rc=$?
+check "start-up, kept stopped: refused" test $rc -ne 0
+check "start-up, kept stopped: says libc is not mapped yet, not that it is static" \
+    grep -q "is dynamically linked but has not mapped libc.so.6 and its loader after 2000 ms" <<<"$out"
+check "start-up, kept stopped: one line" test "$(wc -l <<<"$out")" = 1
+(sleep 0.3; kill -CONT "$TP3") &
+check "start-up: attach waits for the loader, then attaches" timeout 30 "$ATTACH" -q -o "$T/ss.mlyze" "$TP3"
+check "start-up: the program has its libc now" grep -q libc.so.6 "/proc/$TP3/maps"
+check "start-up: detach" timeout 30 "$DETACH" -q "$TP3"
+check "start-up: the trace is valid" "$MEMLYZE" validate "$T/ss.mlyze"
 finish
