@@ -102,12 +102,6 @@ static int check_exe(pid_t pid)
     return dynamic;
 }
 
-/* A dynamically linked program maps libc.so.6 while it starts (its loader
- * runs first), and a process in the middle of an exec shows a half-built
- * image for a moment: both are waited for, up to this long, rather than
- * called statically linked. */
-#define STARTUP_WAIT_MS 2000
-
 uint64_t mlz__image_id(pid_t pid)
 {
     char path[64];
@@ -122,6 +116,12 @@ uint64_t mlz__image_id(pid_t pid)
     for (ssize_t i = 0; i < n; i++) h = (h ^ buf[i]) * 0x100000001b3ull;
     return h ? h : 1;
 }
+
+/* A dynamically linked program maps libc.so.6 while it starts (its loader
+ * runs first), and a process in the middle of an exec shows a half-built
+ * image for a moment: both are waited for, up to this long, rather than
+ * called statically linked. */
+#define STARTUP_WAIT_MS 2000
 
 static int preflight_once(pid_t pid, int flags, mlz_target *t)
 {
