@@ -123,6 +123,15 @@ uint64_t mlz__image_id(pid_t pid)
  * called statically linked. */
 #define STARTUP_WAIT_MS 2000
 
+/* Bit 0: libc.so.6 is mapped; bit 1: the dynamic loader is. */
+static int has_libc_and_loader(pid_t pid)
+{
+    mlz_proc_module m;
+    int libc = mlz_proc_module_find(pid, mlz_proc_is_libc, &m) == 0;
+    int ldso = mlz_proc_module_find(pid, mlz_proc_is_ldso, &m) == 0;
+    return libc | ldso << 1;
+}
+
 static int preflight_once(pid_t pid, int flags, mlz_target *t)
 {
     int tracer;
@@ -171,9 +180,8 @@ static int preflight_once(pid_t pid, int flags, mlz_target *t)
                  "(--allow-seccomp to try anyway)", (int)pid, t->comm);
         return MLZ_INJ_EREFUSE;
     }
-    int libc = mlz_proc_module_find(pid, mlz_proc_is_libc, &m) == 0;
-    int ldso = mlz_proc_module_find(pid, mlz_proc_is_ldso, &m) == 0;
-    if (!(libc && ldso) && ex == 1) {
+    int mapped = has_libc_and_loader(pid), libc = mapped & 1, ldso = mapped & 2;
+    if (mapped != 3 && ex == 1) {
         mlz__err("process %d (%s) is dynamically linked but has not mapped libc.so.6 and its loader after %d ms "
                  "(still starting and stopped, or not a glibc program)", (int)pid, t->comm, STARTUP_WAIT_MS);
         return MLZ_INJ_EREFUSE;
@@ -194,11 +202,8 @@ static int preflight_once(pid_t pid, int flags, mlz_target *t)
 
 static void wait_for_startup(pid_t pid)
 {
-    mlz_proc_module m;
     for (int waited = 0; waited < STARTUP_WAIT_MS; waited += 10) {
-        if (check_exe(pid) != 1 || (mlz_proc_module_find(pid, mlz_proc_is_libc, &m) == 0 &&
-                                    mlz_proc_module_find(pid, mlz_proc_is_ldso, &m) == 0))
-            return;
+        if (check_exe(pid) != 1 || has_libc_and_loader(pid) == 3) return;
         usleep(10000);
     }
 }

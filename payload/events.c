@@ -414,11 +414,11 @@ static void write_modules(uint64_t now_us)
     }
 }
 
-/* The first ALLOC of a stack writes it (write_rec checks the bitmap: this
- * is the rare path). */
+/* The first ALLOC of a stack writes it: write_rec checks the bitmap, and
+ * passes ids of the table only (1 .. MLZ_STACKTAB_DEFAULT_MAX - 1). The
+ * rare path. */
 static __attribute__((noinline)) void write_stack(uint32_t id, uint64_t t_us)
 {
-    if (id == MLZ_STACK_NONE || id == MLZ_STACK_TRUNCATED || id >= MLZ_STACKTAB_DEFAULT_MAX) return;
     const uint64_t *pcs;
     unsigned depth;
     if (!mlz_stacktab_get(&mlz__g.stacks, id, &pcs, &depth)) return;
