@@ -240,13 +240,22 @@ typedef struct map_scan {
     int rc;                          /* 0, -1 out of memory, -2 the map went away */
 } map_scan;
 
-/* Copies the slots in 4 MiB pieces while the program runs, keeping only
+/* Copies the slots in 256 KiB pieces while the program runs, keeping only
  * what a snapshot needs of each consistent entry. Most slots are empty:
- * their key is looked at before anything else is decoded. */
+ * their key is looked at before anything else is decoded.
+ *
+ * The piece is page-aligned. malloc put it 16 bytes past a page start, and
+ * the kernel's copy from the page-aligned slots then ran 3x slower (a load
+ * of the source aliases, modulo 4 KiB, the store just made 16 bytes
+ * behind it): 128 MiB took 75 ms instead of 25 on this machine. A piece
+ * that fits the L2 cache is still there when the entries are read. */
+#define SCAN_PIECE (256u << 10)
+
 static void scan_map(map_scan *s)
 {
-    size_t esz = s->in->entry_size, per = (4u << 20) / esz;
-    uint8_t *slots = malloc(per * esz);
+    size_t esz = s->in->entry_size, per = SCAN_PIECE / esz;
+    void *piece = NULL;
+    uint8_t *slots = posix_memalign(&piece, 4096, per * esz) ? NULL : piece;
     size_t cap = (size_t)s->g->mask + 1;
     /* Room for the whole map up front, touched only as entries come:
      * growing by realloc copied the array and faulted its pages again
