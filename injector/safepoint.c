@@ -205,13 +205,26 @@ static int blocked_in_syscall(const mlz_thread *t)
     return (int64_t)t->regs.orig_rax >= 0 && (ax == -4 || (ax <= -512 && ax >= -516));
 }
 
+/* Waiting in futex for an arena's own mutex: malloc.c takes one at a time
+ * (fork's handler, which takes them all in order, waits only for holders
+ * that go on once let go), so such a thread holds none and waits for a
+ * holder that this scan judges by itself. With many threads on few CPUs
+ * some thread always waits so: 64 churning threads on 2 CPUs were refused
+ * for 5 s on every attach when a waiter counted as a parked holder. */
+static int waits_for_arena(const mlz_thread *t, const mlz_glibc_locks *L)
+{
+    return (long)t->regs.orig_rax == SYS_futex && mlz__locks_is_arena_mutex(L, t->regs.rdi);
+}
+
 /* A held arena lock is harmless while its holder runs malloc code; it is a
- * trap when the holder is parked in a system call inside the allocator. */
-static int parked_in_allocator(Dwfl *d, mlz_tgroup *g, pid_t skip, char *why, size_t cap)
+ * trap when the holder is parked in a system call inside the allocator
+ * (malloc_info's fprintf into a full pipe). */
+static int parked_in_allocator(Dwfl *d, mlz_tgroup *g, const mlz_glibc_locks *L, char *why, size_t cap)
 {
     for (int i = 0; i < g->n; i++) {
         mlz_thread *t = &g->t[i];
-        if (t->tid == skip || (t->state != MLZ_T_TRAP && t->state != MLZ_T_GROUP) || !blocked_in_syscall(t)) continue;
+        if ((t->state != MLZ_T_TRAP && t->state != MLZ_T_GROUP) || !blocked_in_syscall(t) || waits_for_arena(t, L))
+            continue;
         scan s;
         memset(&s, 0, sizeof s);
         s.max_frames = 64;
@@ -322,7 +335,7 @@ static int scan_once(mlz_tgroup *g, const mlz_glibc_locks *L, pid_t *tid, char *
     pid_t holder = 0;
     int busy = L ? mlz__locks_busy(L, g, lock_why, sizeof lock_why, &holder)
                  : *tid && lockish_thread(d, g, *tid, lock_why, sizeof lock_why);
-    if (busy == MLZ_LOCK_ARENA && !parked_in_allocator(d, g, 0, lock_why, sizeof lock_why)) busy = 0;
+    if (busy == MLZ_LOCK_ARENA && !parked_in_allocator(d, g, L, lock_why, sizeof lock_why)) busy = 0;
     if (busy == MLZ_LOCK_LOADER && holder > 0) name_loader_work(d, holder, lock_why, sizeof lock_why);
     if (busy) {
         snprintf(last_why, cap, "%s", lock_why);
