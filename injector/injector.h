@@ -214,8 +214,9 @@ int mlz__locks_find(pid_t pid, mlz_glibc_locks *L);
  * kind of the first held one and a line in why ("thread 4711 (worker)
  * holds ..."); *holder: the tid holding the loader lock, when known. */
 int mlz__locks_busy(const mlz_glibc_locks *L, mlz_tgroup *g, char *why, size_t cap, pid_t *holder);
-/* 1 if addr is the mutex of one of the process's malloc arenas (L known). */
-int mlz__locks_is_arena_mutex(const mlz_glibc_locks *L, uint64_t addr);
+/* The addresses of the process's malloc arenas (each starts with its
+ * mutex), at most cap of them; how many. */
+int mlz__locks_arenas(const mlz_glibc_locks *L, uint64_t *out, int cap);
 
 /* ---- safepoint.c: pick a thread that holds no allocator or loader lock */
 /* Stops all threads (g), scans them and the locks L (NULL: unknown), runs

@@ -256,14 +256,15 @@ int mlz__locks_busy(const mlz_glibc_locks *L, mlz_tgroup *g, char *why, size_t c
     return busy;
 }
 
-int mlz__locks_is_arena_mutex(const mlz_glibc_locks *L, uint64_t addr)
+int mlz__locks_arenas(const mlz_glibc_locks *L, uint64_t *out, int cap)
 {
     uint64_t a = L ? L->main_arena : 0;
-    for (int i = 0; a && i < 4096; i++) {
-        if (a == addr) return 1;
+    int n = 0;
+    while (a && n < cap) {
+        out[n++] = a;
         uint64_t next;
         if (mlz__mem_peek(a + L->arena_next, &next, sizeof next) || next == L->main_arena) break;
         a = next;
     }
-    return 0;
+    return n;
 }

@@ -205,15 +205,18 @@ static int blocked_in_syscall(const mlz_thread *t)
     return (int64_t)t->regs.orig_rax >= 0 && (ax == -4 || (ax <= -512 && ax >= -516));
 }
 
-/* Waiting in futex for an arena's own mutex: malloc.c takes one at a time
- * (fork's handler, which takes them all in order, waits only for holders
- * that go on once let go), so such a thread holds none and waits for a
- * holder that this scan judges by itself. With many threads on few CPUs
- * some thread always waits so: 64 churning threads on 2 CPUs were refused
- * for 5 s on every attach when a waiter counted as a parked holder. */
-static int waits_for_arena(const mlz_thread *t, const mlz_glibc_locks *L)
+/* Blocked in futex on an arena's own mutex (arena[0..n) as read once per
+ * scan): a waiter. malloc.c takes those mutexes one at a time (fork's
+ * handler takes them all, in order, but waits only for holders that go on
+ * once let go), so such a thread holds none, and the holder it waits for is
+ * judged by itself. With 64 churning threads on 2 CPUs some thread always
+ * waits so: counted as parked holders, they refused every attach. */
+static int waits_for_arena(const mlz_thread *t, const uint64_t *arena, int n)
 {
-    return (long)t->regs.orig_rax == SYS_futex && mlz__locks_is_arena_mutex(L, t->regs.rdi);
+    if ((long)t->regs.orig_rax != SYS_futex) return 0;
+    for (int i = 0; i < n; i++)
+        if (arena[i] == t->regs.rdi) return 1;
+    return 0;
 }
 
 /* A held arena lock is harmless while its holder runs malloc code; it is a
@@ -221,9 +224,12 @@ static int waits_for_arena(const mlz_thread *t, const mlz_glibc_locks *L)
  * (malloc_info's fprintf into a full pipe). */
 static int parked_in_allocator(Dwfl *d, mlz_tgroup *g, const mlz_glibc_locks *L, char *why, size_t cap)
 {
+    uint64_t arena[1024];
+    int narena = mlz__locks_arenas(L, arena, 1024);
     for (int i = 0; i < g->n; i++) {
         mlz_thread *t = &g->t[i];
-        if ((t->state != MLZ_T_TRAP && t->state != MLZ_T_GROUP) || !blocked_in_syscall(t) || waits_for_arena(t, L))
+        if ((t->state != MLZ_T_TRAP && t->state != MLZ_T_GROUP) || !blocked_in_syscall(t) ||
+            waits_for_arena(t, arena, narena))
             continue;
         scan s;
         memset(&s, 0, sizeof s);

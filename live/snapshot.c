@@ -244,11 +244,12 @@ typedef struct map_scan {
  * what a snapshot needs of each consistent entry. Most slots are empty:
  * their key is looked at before anything else is decoded.
  *
- * The piece is page-aligned. malloc put it 16 bytes past a page start, and
- * the kernel's copy from the page-aligned slots then ran 3x slower (a load
- * of the source aliases, modulo 4 KiB, the store just made 16 bytes
- * behind it): 128 MiB took 75 ms instead of 25 on this machine. A piece
- * that fits the L2 cache is still there when the entries are read. */
+ * The piece is page-aligned. malloc put it 16 bytes past a page start, 16
+ * bytes ahead of the page-aligned slots modulo 4 KiB, and the kernel's copy
+ * then ran 3x slower (each load of the source looked to the CPU like it
+ * might read a store just made: 4K aliasing): 128 MiB took 75 ms instead
+ * of 25 on this machine. A piece that fits the L2 cache is still there
+ * when the entries are read. */
 #define SCAN_PIECE (256u << 10)
 
 static void scan_map(map_scan *s)
