@@ -85,6 +85,57 @@ static _Atomic unsigned drain_gen;
 static _Atomic uint32_t nrings;            /* rings ever claimed (high mark) */
 static uint32_t ring_size;                 /* records per ring, power of two */
 
+/* Rings' records and unwind caches come from chunks of RING_CHUNK rings,
+ * one mapping each, so a detach unmaps a few mappings, not two per thread.
+ * Each munmap waits for the process's mmap lock, which a busy allocator
+ * takes all the time (glibc's arenas grow and shrink under it): under a
+ * churn of 16 threads on 2 CPUs each took ~15 ms, and the borrowed thread
+ * spent 0.5 s of a detach unmapping rings (2.7 s with 64 threads). A
+ * chunk is mapped by the first ring that needs it; its unused pages stay
+ * address space only. */
+#define RING_CHUNK  32
+#define RING_CHUNKS (MAX_RINGS / RING_CHUNK)
+#define RING_MAX    (1u << 12)            /* records: the largest ring_size */
+#define PAGE_UP(x)  (((x) + 4095) / 4096 * 4096)
+
+/* The pieces' size is fixed, whatever the session's ring_size: a chunk
+ * mapped by a thread that claimed its ring while a detach ran, and so left
+ * to the next session, still has room for every ring it holds. */
+typedef struct ring_chunks {
+    _Atomic(uint8_t *) base[RING_CHUNKS];
+    size_t each;                          /* bytes per ring, a page multiple */
+} ring_chunks;
+
+static ring_chunks rec_chunks = { .each = PAGE_UP(RING_MAX * sizeof(mlz_rec)) };
+static ring_chunks ucache_chunks = { .each = PAGE_UP(sizeof(mlz_unwind_cache)) };
+
+/* Ring i's piece of c, or NULL. */
+static void *chunk_piece(ring_chunks *c, uint32_t i)
+{
+    _Atomic(uint8_t *) *slot = &c->base[i / RING_CHUNK];
+    uint8_t *base = atomic_load_explicit(slot, memory_order_acquire);
+    if (!base) {
+        void *m = mmap(NULL, RING_CHUNK * c->each, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (m == MAP_FAILED) return NULL;
+        uint8_t *none = NULL;
+        if (atomic_compare_exchange_strong(slot, &none, (uint8_t *)m)) {
+            base = m;
+        } else {
+            munmap(m, RING_CHUNK * c->each);
+            base = none;
+        }
+    }
+    return base + (size_t)(i % RING_CHUNK) * c->each;
+}
+
+static void chunks_release(ring_chunks *c)
+{
+    for (uint32_t k = 0; k < RING_CHUNKS; k++) {
+        uint8_t *base = atomic_exchange(&c->base[k], NULL);
+        if (base) munmap(base, RING_CHUNK * c->each);
+    }
+}
+
 static mlz_ring *claim_ring(int32_t tid)
 {
     /* Reuse a ring released by an exited thread (or by a detach), else take
@@ -109,9 +160,8 @@ static mlz_ring *claim_ring(int32_t tid)
         }
     }
     if (!r->recs) {
-        void *m = mmap(NULL, (size_t)ring_size * sizeof(mlz_rec), PROT_READ | PROT_WRITE,
-                       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (m == MAP_FAILED) { atomic_store(&r->owner, 0); return NULL; }
+        void *m = chunk_piece(&rec_chunks, (uint32_t)(r - rings));
+        if (!m) { atomic_store(&r->owner, 0); return NULL; }
         r->recs = m;
         r->mask = ring_size - 1;
     }
@@ -201,12 +251,7 @@ static void sum_counters(void)
 mlz_unwind_cache *mlz__unwind_cache(mlz_ring *r)
 {
     if (!r) return NULL;
-    if (!r->ucache) {
-        void *m = mmap(NULL, sizeof(mlz_unwind_cache), PROT_READ | PROT_WRITE,
-                       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (m == MAP_FAILED) return NULL;
-        r->ucache = m;
-    }
+    if (!r->ucache) r->ucache = chunk_piece(&ucache_chunks, (uint32_t)(r - rings));
     return r->ucache;
 }
 
@@ -709,7 +754,7 @@ int mlz__drain_start(void)
      * thread, 64 KiB per thread in exact mode, where the push that makes a
      * ring half full wakes the drain (rings of 8192 records kept 2 MB
      * resident over 8 threads, for no speed). */
-    ring_size = mlz__g.rate <= 1 ? 1u << 11 : 1u << 12;
+    ring_size = mlz__g.rate <= 1 ? RING_MAX / 2 : RING_MAX;
     detect_prefetchw();
     atomic_store(&mlz__g.c.rate_shift, 0);
     spool_shift = 0;
@@ -844,9 +889,9 @@ void mlz__drain_release(void)
 {
     /* Every ring, not only those below nrings: one claimed while a detach
      * ran must not keep an owner into the next session. */
+    chunks_release(&rec_chunks);
+    chunks_release(&ucache_chunks);
     for (uint32_t i = 0; i < MAX_RINGS; i++) {
-        if (rings[i].recs) munmap(rings[i].recs, (size_t)(rings[i].mask + 1) * sizeof(mlz_rec));
-        if (rings[i].ucache) munmap(rings[i].ucache, sizeof(mlz_unwind_cache));
         rings[i].recs = NULL;
         rings[i].ucache = NULL;
         /* The process's totals stay (counters are cumulative). */
