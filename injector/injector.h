@@ -216,6 +216,7 @@ int mlz__locks_find(pid_t pid, mlz_glibc_locks *L);
 int mlz__locks_busy(const mlz_glibc_locks *L, mlz_tgroup *g, char *why, size_t cap, pid_t *holder);
 /* The addresses of the process's malloc arenas (each starts with its
  * mutex), at most cap of them; how many. */
+#define MLZ_ARENAS_MAX 4096
 int mlz__locks_arenas(const mlz_glibc_locks *L, uint64_t *out, int cap);
 
 /* ---- safepoint.c: pick a thread that holds no allocator or loader lock */

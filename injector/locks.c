@@ -245,13 +245,11 @@ int mlz__locks_busy(const mlz_glibc_locks *L, mlz_tgroup *g, char *why, size_t c
     }
     /* Arenas: a held one is normal in a busy program (its holder is only
      * running malloc code); safepoint.c decides whether a holder is parked. */
-    uint64_t a = L->main_arena;
-    for (int i = 0; !busy && a && i < 4096; i++) {
-        if (mlz__mem_peek(a, &v, sizeof v)) break;
+    uint64_t arena[MLZ_ARENAS_MAX];
+    int n = busy ? 0 : mlz__locks_arenas(L, arena, MLZ_ARENAS_MAX);
+    for (int i = 0; i < n && !busy; i++) {
+        if (mlz__mem_peek(arena[i], &v, sizeof v)) break;
         if (v) { busy = MLZ_LOCK_ARENA; snprintf(why, cap, "a malloc arena lock is held"); }
-        uint64_t next;
-        if (mlz__mem_peek(a + L->arena_next, &next, sizeof next) || next == L->main_arena) break;
-        a = next;
     }
     return busy;
 }

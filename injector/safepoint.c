@@ -224,8 +224,8 @@ static int waits_for_arena(const mlz_thread *t, const uint64_t *arena, int n)
  * (malloc_info's fprintf into a full pipe). */
 static int parked_in_allocator(Dwfl *d, mlz_tgroup *g, const mlz_glibc_locks *L, char *why, size_t cap)
 {
-    uint64_t arena[1024];
-    int narena = mlz__locks_arenas(L, arena, 1024);
+    uint64_t arena[MLZ_ARENAS_MAX];
+    int narena = mlz__locks_arenas(L, arena, MLZ_ARENAS_MAX);
     for (int i = 0; i < g->n; i++) {
         mlz_thread *t = &g->t[i];
         if ((t->state != MLZ_T_TRAP && t->state != MLZ_T_GROUP) || !blocked_in_syscall(t) ||
