@@ -244,6 +244,8 @@ static void report_coverage(void)
     if (n > 0) mlz__spool_note(MLZ_EV_COVERAGE, text, (size_t)n < sizeof text ? (size_t)n : sizeof text - 1);
 }
 
+static int detach(void);
+
 static int got_attach(void)
 {
     if (atomic_load(&mlz__attached)) return -EALREADY;
@@ -275,7 +277,10 @@ static int got_attach(void)
     if (inline_wanted && !inline_remote) mlz_got_inline_install();   /* before the GOT: its slots to these are left alone */
     int n = mlz_got_patch_all();
     if (n < 0) {
-        memlyze_detach();
+        /* Undone whole: the slots written so far, the drain, the memory.
+         * Not through memlyze_detach, which this call's own entry_busy
+         * would refuse. */
+        detach();
         return -EPERM;
     }
     if (mlz__g.coverage) report_coverage();
