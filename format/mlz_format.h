@@ -113,6 +113,7 @@ typedef struct mlz_writer_opts {
 
 typedef struct mlz_writer {
     int      fd, idx_fd;
+    uint64_t fd_dev, fd_ino, idx_dev, idx_ino;   /* the files fd and idx_fd must name */
     unsigned flags;
     int      replace, plain;
     int      err;            /* first errno seen; every later call fails */
@@ -147,6 +148,8 @@ int  mlz_writer_end_block(mlz_writer *w);
 int  mlz_writer_close(mlz_writer *w);
 /* Gives up: closes and removes the temporary files. */
 void mlz_writer_abort(mlz_writer *w);
+/* Closes the descriptors, touching no file (a fork child's copies). */
+void mlz_writer_forget(mlz_writer *w);
 /* Overrides the bytes 48..255 of the header written at close (undump). */
 void mlz_writer_set_header_rest(mlz_writer *w, const uint8_t rest[MLZ_HEADER_SIZE - 48]);
 

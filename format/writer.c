@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -30,6 +31,82 @@
 #pragma weak LZ4_compress_default
 
 /* ------------------------------------------------------------- helpers */
+
+/*
+ * Descriptors. The injected payload writes its spool from inside a program
+ * that owns the descriptor table: it may close every descriptor (a daemon
+ * starting) or dup2() a file of its own onto one of ours (`exec 4>file` in
+ * a shell), and the next write would land in the program's file. So our
+ * files sit high, above the numbers programs pick, and every write first
+ * checks that the number still names our file. If it does not, the file is
+ * opened again by its name, and the number is left alone: it is the
+ * program's now.
+ */
+static int move_high(int fd)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl)) return fd;
+    rlim_t top = rl.rlim_cur < 1024 ? rl.rlim_cur : 1024;   /* a bigger table would cost the program memory */
+    int base = (int)(top / 4 * 3);
+    int nfd = fd < base ? fcntl(fd, F_DUPFD_CLOEXEC, base) : -1;
+    if (nfd < 0) return fd;
+    close(fd);
+    return nfd;
+}
+
+static int names_file(int fd, uint64_t dev, uint64_t ino)
+{
+    struct stat st;
+    return fd >= 0 && fstat(fd, &st) == 0 && (uint64_t)st.st_dev == dev && (uint64_t)st.st_ino == ino;
+}
+
+/* open(2), moved high, its file's identity in *dev and *ino; -errno. */
+static int open_own(const char *path, int flags, int mode, uint64_t *dev, uint64_t *ino)
+{
+    int fd = open(path, flags | O_NOFOLLOW | O_CLOEXEC, mode);
+    if (fd < 0) return -errno;
+    struct stat st;
+    if (fstat(fd, &st)) {
+        int e = -errno;
+        close(fd);
+        return e;
+    }
+    *dev = (uint64_t)st.st_dev;
+    *ino = (uint64_t)st.st_ino;
+    return move_high(fd);
+}
+
+/* *fd names the file (dev, ino) of path, again if need be (reopened, at
+ * its end). 0, or -EBADF with *fd = -1 when the file is gone. */
+static int keep_own(int *fd, const char *path, uint64_t dev, uint64_t ino)
+{
+    if (names_file(*fd, dev, ino)) return 0;
+    uint64_t d, i;
+    int nfd = open_own(path, O_WRONLY, 0, &d, &i);
+    *fd = -1;
+    if (nfd < 0) return -EBADF;
+    if (d != dev || i != ino || lseek(nfd, 0, SEEK_END) < 0) {
+        close(nfd);
+        return -EBADF;
+    }
+    *fd = nfd;
+    return 0;
+}
+
+/* Closes *fd if it still names our file. */
+static void close_own(int *fd, uint64_t dev, uint64_t ino)
+{
+    if (names_file(*fd, dev, ino)) close(*fd);
+    *fd = -1;
+}
+
+/* Before writing: both files still ours (the index only while open). */
+static int own_fds(mlz_writer *w)
+{
+    int rc = keep_own(&w->fd, w->tmp, w->fd_dev, w->fd_ino);
+    if (!rc && w->idx_fd >= 0) rc = keep_own(&w->idx_fd, w->idx_tmp, w->idx_dev, w->idx_ino);
+    return rc;
+}
 
 static int write_all(int fd, const void *p, size_t n)
 {
@@ -172,8 +249,12 @@ int mlz_writer_open(mlz_writer *w, const char *path, const mlz_writer_opts *o)
         return fail(w, rc);
     int mode = o->mode ? o->mode : 0644;
     /* O_EXCL|O_NOFOLLOW: never write through a planted symlink. */
-    w->fd = open(w->tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
-    if (w->fd < 0) return fail(w, -errno);
+    w->fd = open_own(w->tmp, O_WRONLY | O_CREAT | O_EXCL, mode, &w->fd_dev, &w->fd_ino);
+    if (w->fd < 0) {
+        rc = w->fd;
+        w->fd = -1;
+        return fail(w, rc);
+    }
 
     if (o->flags & MLZ_FLAGS_BLOCKS) {
         if ((rc = build_path(w->idx_path, sizeof w->idx_path, path, ".idx", -1, NULL)) ||
@@ -181,9 +262,10 @@ int mlz_writer_open(mlz_writer *w, const char *path, const mlz_writer_opts *o)
             mlz_writer_abort(w);
             return fail(w, rc);
         }
-        w->idx_fd = open(w->idx_tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
+        w->idx_fd = open_own(w->idx_tmp, O_WRONLY | O_CREAT | O_EXCL, mode, &w->idx_dev, &w->idx_ino);
         if (w->idx_fd < 0) {
-            rc = -errno;
+            rc = w->idx_fd;
+            w->idx_fd = -1;
             mlz_writer_abort(w);
             return fail(w, rc);
         }
@@ -209,7 +291,7 @@ static int write_block(mlz_writer *w, const uint8_t *blk, size_t blen, uint64_t 
     mlz_put_u64(ent + 8, raw_off);
     mlz_put_u64(ent + 16, base_us);
     mlz_put_u64(ent + 24, first_event);
-    if ((rc = write_all(w->fd, blk, blen)) ||
+    if ((rc = own_fds(w)) || (rc = write_all(w->fd, blk, blen)) ||
         (rc = write_all(w->idx_fd, ent, sizeof ent)))
         return fail(w, rc);
     w->stream_len += blen;
@@ -321,7 +403,7 @@ static int flush(mlz_writer *w, int last)
     if (w->len == 0 || w->err) return w->err;
     int rc;
     if (!(w->flags & MLZ_FLAGS_BLOCKS)) {
-        if ((rc = write_all(w->fd, w->buf, w->len))) return fail(w, rc);
+        if ((rc = own_fds(w)) || (rc = write_all(w->fd, w->buf, w->len))) return fail(w, rc);
         w->stream_len += w->len;
         block_done(w);
         return 0;
@@ -385,7 +467,7 @@ int mlz_writer_close(mlz_writer *w)
     memcpy(h.rest, w->rest, sizeof h.rest);
     uint8_t hb[MLZ_HEADER_SIZE];
     mlz_header_encode(&h, hb);
-    if ((rc = pwrite_all(w->fd, hb, sizeof hb, 0)) || (fsync(w->fd) && (rc = -errno))) {
+    if ((rc = own_fds(w)) || (rc = pwrite_all(w->fd, hb, sizeof hb, 0)) || (fsync(w->fd) && (rc = -errno))) {
         mlz_writer_abort(w);
         return fail(w, rc);
     }
@@ -404,8 +486,7 @@ int mlz_writer_close(mlz_writer *w)
             mlz_writer_abort(w);
             return fail(w, rc);
         }
-        close(w->idx_fd);
-        w->idx_fd = -1;
+        close_own(&w->idx_fd, w->idx_dev, w->idx_ino);
         /* The index goes first: a main file under its real name always has
          * its index beside it (a stale index is detected by its sizes). */
         if (rename(w->idx_tmp, w->idx_path)) {
@@ -414,8 +495,7 @@ int mlz_writer_close(mlz_writer *w)
             return fail(w, rc);
         }
     }
-    close(w->fd);
-    w->fd = -1;
+    close_own(&w->fd, w->fd_dev, w->fd_ino);
     if (w->replace) {
         rc = rename(w->tmp, w->path) ? -errno : 0;
     } else {
@@ -431,11 +511,17 @@ int mlz_writer_close(mlz_writer *w)
     return 0;
 }
 
+void mlz_writer_forget(mlz_writer *w)
+{
+    close_own(&w->fd, w->fd_dev, w->fd_ino);
+    close_own(&w->idx_fd, w->idx_dev, w->idx_ino);
+}
+
 void mlz_writer_abort(mlz_writer *w)
 {
     behind_stop(w);
-    if (w->fd >= 0) { close(w->fd); w->fd = -1; }
-    if (w->idx_fd >= 0) { close(w->idx_fd); w->idx_fd = -1; }
+    close_own(&w->fd, w->fd_dev, w->fd_ino);
+    close_own(&w->idx_fd, w->idx_dev, w->idx_ino);
     if (w->tmp[0]) unlink(w->tmp);
     if (w->idx_tmp[0]) unlink(w->idx_tmp);
     mlz_split_free(w->split);

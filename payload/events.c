@@ -874,7 +874,7 @@ void mlz__drain_forget(void)
     /* In a fork child the drain thread does not exist; the parent owns the
      * spool (our copy of its descriptor is closed without sealing). */
     atomic_store(&drain_running, 0);
-    if (spool_open) { close(spool.fd); spool.fd = -1; spool_open = 0; }
+    if (spool_open) { mlz_writer_forget(&spool); spool_open = 0; }
     for (uint32_t i = 0; i < atomic_load(&nrings); i++) {
         atomic_store(&rings[i].owner, 0);
         atomic_store(&rings[i].head, 0);
