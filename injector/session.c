@@ -33,11 +33,30 @@
 #include <unistd.h>
 
 /* Syscalls that return -EINTR (not a restart code) when the thread is merely
- * stopped and resumed, even with no handler: epoll_wait and semop family
- * (signal(7), "Interruption ... by stop signals"). Our PTRACE_INTERRUPT is
- * such a stop. If no unblocked signal is pending for the thread, the EINTR
- * is ours, and the thread is set to issue the syscall again, as the kernel
- * does for -ERESTARTNOHAND. (A timeout restarts in full.) */
+ * stopped and resumed, even with no handler (signal(7), "Interruption ...
+ * by stop signals"): epoll_wait, semop, sigtimedwait, and the socket calls
+ * on a socket with a receive or send timeout. Our PTRACE_INTERRUPT is such
+ * a stop. If no unblocked signal is pending for the thread, the EINTR is
+ * ours, and the thread is set to issue the syscall again, as the kernel
+ * does for -ERESTARTNOHAND. (A timeout restarts in full.) Not connect: the
+ * attempt goes on after the EINTR, and the call issued again would fail
+ * with EALREADY, which the program could not expect either. */
+static int stop_interrupts(long nr)
+{
+    switch (nr) {
+    case SYS_epoll_wait: case SYS_epoll_pwait:
+#ifdef SYS_epoll_pwait2
+    case SYS_epoll_pwait2:
+#endif
+    case SYS_semop: case SYS_semtimedop: case SYS_rt_sigtimedwait:
+    case SYS_accept: case SYS_accept4: case SYS_recvfrom: case SYS_recvmsg: case SYS_recvmmsg:
+    case SYS_sendto: case SYS_sendmsg: case SYS_sendmmsg:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
 static int eintr_is_ours(pid_t pid, pid_t tid)
 {
     char path[96], line[256];
@@ -60,12 +79,7 @@ void mlz__undo_eintr(mlz_tgroup *g)
         mlz_thread *t = &g->t[i];
         if (t->state != MLZ_T_TRAP && t->state != MLZ_T_GROUP) continue;
         if ((int64_t)t->regs.rax != -EINTR) continue;
-        switch ((long)t->regs.orig_rax) {
-        case SYS_epoll_wait: case SYS_semop: case SYS_semtimedop:
-            break;
-        default:
-            continue;
-        }
+        if (!stop_interrupts((long)t->regs.orig_rax)) continue;
         uint8_t insn[2];
         if (mlz__mem_open(t->tid) || mlz__mem_peek(t->regs.rip - 2, insn, 2) || insn[0] != 0x0f || insn[1] != 0x05)
             continue;
@@ -76,7 +90,7 @@ void mlz__undo_eintr(mlz_tgroup *g)
         r.orig_rax = (uint64_t)-1;
         if (mlz__pt_setregs(t->tid, &r) == 0) {
             t->regs = r;
-            mlz__note("thread %d: epoll_wait/semop interrupted by our stop will be issued again", (int)t->tid);
+            mlz__note("thread %d: syscall %ld interrupted by our stop will be issued again", (int)t->tid, (long)r.rax);
         }
     }
 }

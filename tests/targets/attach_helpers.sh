@@ -37,7 +37,7 @@ start_target() {
     "$T/target" "$1" "$T/$name.stop" "$T/$name.tids" "${@:2}" >"$T/$name.out" 2>&1 &
     TP=$!
     local want=1
-    case "$1" in block) want=5;; fork) want=1;; churn|bigmalloc) want=$(( ${2:-4} ));; mallocinfo) want=$(( ${2:-4} + 2 ));; dlopen|ctorwait|inhandler) want=2;; vfork) want=3;; esac
+    case "$1" in block) want=7;; fork) want=1;; churn|bigmalloc) want=$(( ${2:-4} ));; mallocinfo) want=$(( ${2:-4} + 2 ));; dlopen|ctorwait|inhandler) want=2;; vfork) want=3;; esac
     for _ in $(seq 200); do
         [ "$(cat "$T/$name.tids" 2>/dev/null | wc -l)" -ge "$want" ] && break
         sleep 0.02

@@ -9,7 +9,8 @@
  *   single     one thread: malloc/free and a checksum
  *   churn N    N threads of malloc/free churn with content checks
  *   block      threads blocked in read (pipe), futex wait, epoll_wait,
- *              nanosleep; each must complete its call normally
+ *              nanosleep, sigtimedwait, recv with a timeout; each must
+ *              complete its call normally
  *   handlers   own SIGSEGV and SIGTRAP handlers, which must still work after
  *   mallocinfo a thread in malloc_info() writing into a full pipe
  *   bigmalloc  N threads doing large (mmap'ed) malloc/free: often inside malloc
@@ -49,6 +50,7 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -189,9 +191,14 @@ static int mode_single(void)
 }
 
 /* ---------------------------------------------------------------- block */
-static int pipefd[2], efd;
+static int pipefd[2], efd, sockfd[2];
 static uint32_t futex_word;
-static struct { long read_ret, futex_ret, epoll_ret, sleep_ret; int read_err, futex_err, epoll_err, sleep_err; double slept; } blk;
+static struct {
+    long read_ret, futex_ret, epoll_ret, sleep_ret, sigwait_ret, recv_ret;
+    int read_err, futex_err, epoll_err, sleep_err, sigwait_err, recv_err;
+    double slept;
+} blk;
+static pthread_t blk_sigwait_th;
 
 static void *blk_read(void *a)
 {
@@ -241,26 +248,63 @@ static void *blk_sleep(void *a)
     return NULL;
 }
 
+/* sigtimedwait and recv on a socket with a timeout return EINTR after a
+ * mere stop (signal(7)): the injector must issue them again. */
+static void *blk_sigwait(void *a)
+{
+    (void)a;
+    sigset_t s;
+    sigemptyset(&s);
+    sigaddset(&s, SIGUSR2);
+    pthread_sigmask(SIG_BLOCK, &s, NULL);
+    note_tid("sigtimedwait");
+    struct timespec t = { 120, 0 };
+    int r = sigtimedwait(&s, NULL, &t);
+    blk.sigwait_err = errno;
+    blk.sigwait_ret = r;
+    return NULL;
+}
+static void *blk_recv(void *a)
+{
+    (void)a;
+    struct timeval tv = { 120, 0 };
+    setsockopt(sockfd[0], SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    note_tid("recv");
+    char buf[16] = { 0 };
+    ssize_t n = recv(sockfd[0], buf, sizeof buf, 0);
+    blk.recv_err = errno;
+    blk.recv_ret = n == 5 && memcmp(buf, "howdy", 5) == 0 ? 5 : (n < 0 ? n : -1000 - n);
+    return NULL;
+}
+
 static int mode_block(void)
 {
-    pthread_t th[4];
-    if (pipe(pipefd)) return 1;
+    pthread_t th[6];
+    if (pipe(pipefd) || socketpair(AF_UNIX, SOCK_STREAM, 0, sockfd)) return 1;
     efd = eventfd(0, 0);
     note_tid("main");
     pthread_create(&th[0], NULL, blk_read, NULL);
     pthread_create(&th[1], NULL, blk_futex, NULL);
     pthread_create(&th[2], NULL, blk_epoll, NULL);
     pthread_create(&th[3], NULL, blk_sleep, NULL);
+    pthread_create(&th[4], NULL, blk_sigwait, NULL);
+    pthread_create(&th[5], NULL, blk_recv, NULL);
+    blk_sigwait_th = th[4];
     wait_stop();
     if (write(pipefd[1], "hello", 5) != 5) return 1;
     atomic_store((_Atomic uint32_t *)&futex_word, 1);
     syscall(SYS_futex, &futex_word, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
     uint64_t one = 1;
     if (write(efd, &one, 8) != 8) return 1;
-    for (int i = 0; i < 4; i++) pthread_join(th[i], NULL);
+    pthread_kill(blk_sigwait_th, SIGUSR2);
+    if (write(sockfd[1], "howdy", 5) != 5) return 1;
+    for (int i = 0; i < 6; i++) pthread_join(th[i], NULL);
     result(blk.read_ret == 5, "read returned the data (ret %ld errno %d)", blk.read_ret, blk.read_err);
     result(blk.futex_ret == 0, "futex wait returned 0 (ret %ld errno %d)", blk.futex_ret, blk.futex_err);
     result(blk.epoll_ret == 1, "epoll_wait returned the event (ret %ld errno %d)", blk.epoll_ret, blk.epoll_err);
+    result(blk.sigwait_ret == SIGUSR2, "sigtimedwait returned the signal (ret %ld errno %d)", blk.sigwait_ret,
+           blk.sigwait_err);
+    result(blk.recv_ret == 5, "recv returned the data (ret %ld errno %d)", blk.recv_ret, blk.recv_err);
     result(blk.sleep_ret == 0 && blk.slept >= 1.999, "nanosleep slept its full 2 s (ret %ld errno %d, %.3f s)",
            blk.sleep_ret, blk.sleep_err, blk.slept);
     return 0;
