@@ -230,6 +230,10 @@ static int start_payload(attach_args *a, attach_run *x)
     /* inline=remote: allocators the GOT never sees get trampolines; we
      * write their jumps afterwards, every thread stopped (inline.c) */
     int cl = snprintf(config, sizeof config, "rate=%llu;spool=%s;unwind=%s;inline=remote", a->rate, x->st.spool, a->unwind);
+    /* The thread runs at nice -20 while lent: the drain thread the payload
+     * creates takes its own nice back. */
+    if (x->s.r.boosted && cl > 0 && (size_t)cl < sizeof config)
+        cl += snprintf(config + cl, sizeof config - (size_t)cl, ";nice=%d", x->s.r.nice);
     if (a->seed && cl > 0 && (size_t)cl < sizeof config)
         cl += snprintf(config + cl, sizeof config - (size_t)cl, ";seed=%llu", a->seed);
     for (int k = 0; k < a->nhooks && cl > 0 && (size_t)cl < sizeof config; k++)

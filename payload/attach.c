@@ -214,6 +214,16 @@ static int parse_config(const char *cfg)
             } else if (klen == 6 && !memcmp(cfg, "inline", 6)) {
                 inline_wanted = (vlen == 1 && v[0] == '1') || (vlen == 6 && !memcmp(v, "remote", 6));
                 inline_remote = vlen == 6 && !memcmp(v, "remote", 6);
+            } else if (klen == 4 && !memcmp(cfg, "nice", 4)) {
+                /* The injector raised the borrowed thread's priority while it
+                 * lends it: the drain thread it creates must not inherit that. */
+                int neg = vlen > 0 && v[0] == '-', n = 0;
+                for (size_t i = (size_t)neg; i < vlen && i < 4; i++) {
+                    if (v[i] < '0' || v[i] > '9') return -EINVAL;
+                    n = n * 10 + (v[i] - '0');
+                }
+                if (n > 20) return -EINVAL;
+                mlz__g.drain_nice = (neg ? -n : n) + 100;
             } else if (klen == 8 && !memcmp(cfg, "coverage", 8)) {
                 mlz__g.coverage = vlen == 1 && v[0] == '1';
             } else if (klen == 4 && !memcmp(cfg, "hook", 4)) {

@@ -42,6 +42,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/statvfs.h>
 #include <sched.h>
 #include <signal.h>
@@ -657,6 +658,7 @@ static void *drain_main(void *arg)
     mlz__tls.s.in_hook = 1;     /* our own allocations are never sampled */
     /* Named, so the injector recognises it (info.h). */
     prctl(PR_SET_NAME, MEMLYZE_DRAIN_THREAD_NAME, 0, 0, 0);
+    if (mlz__g.drain_nice && setpriority(PRIO_PROCESS, 0, mlz__g.drain_nice - 100)) {}
     sigset_t all;
     sigfillset(&all);
     /* SETMASK, not BLOCK: the thread that created us may have been borrowed

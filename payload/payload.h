@@ -105,6 +105,7 @@ typedef struct mlz_global {
     int unwinder;
     int follow_fork;
     int coverage;                    /* GOT mode: write the blind-spot report */
+    int drain_nice;                  /* attached: the borrowed thread's own nice + 100; 0 = inherit */
     uint64_t self_lo, self_hi;       /* our own text: frames to drop */
     mlz_clock clock;                 /* every event's time (core/clock.h) */
     uint64_t mono_to_real_ns;        /* realtime = monotonic + this */

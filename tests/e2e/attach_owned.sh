@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# The target owns its descriptor table. (1) A program that dup2()s its own
+# What the target owns stays its own. (1) A program that dup2()s its own
 # file onto every descriptor it did not open (a shell's `exec 4>file`, a
 # daemon reusing numbers) must not get spool bytes in that file, and the
 # recording must go on. (2) An attach that fails half-way (here: the
 # descriptors run out while the GOT is patched) is undone whole: no drain
-# thread, no spool, no descriptor kept, and a later attach works.
+# thread, no spool, no descriptor kept, and a later attach works. (3) The
+# drain thread runs at the nice of the thread it was created from, not at
+# the -20 that thread had while the injector borrowed it.
 . "$(dirname "$0")/lib.sh"
 . "$ROOT/tests/targets/attach_helpers.sh"
 [ -n "$REAL_PAYLOAD" ] || { skip "attach_fds" "no libmemlyze.so in the build"; finish; }
@@ -119,4 +121,18 @@ check "scarce: ... and its detach" "$DETACH" -q "$SP"
 exec {SW}>&-; wait "$SP"
 check "scarce: the program's own opens never failed" grep -q '^open failures: 0$' "$T/s.out"
 check "scarce: the trace of the second attach is valid" "$MEMLYZE" validate "$T/s.mlyze"
+
+# 3. A target at nice 5.
+rm -f "$T/n.in"; mkfifo "$T/n.in"
+nice -n 5 "$T/fdtarget" scarce < "$T/n.in" > "$T/n.out" 2>&1 &
+NP=$!
+exec {NW}>"$T/n.in"
+wait_for "$T/n.out" '^ready'
+prlimit --pid "$NP" --nofile=1024:1024 || fail "nice: prlimit"
+"$ATTACH" -q -o "$T/n.mlyze" "$NP" || fail "nice: attach"
+nices=$(for t in /proc/"$NP"/task/*; do echo "$(cat "$t/comm") $(awk '{ print $19 }' "$t/stat")"; done)
+check "nice: the drain thread runs at the target's nice 5" bash -c "grep -qx 'memlyze-drain 5' <<<\"\$0\"" "$nices"
+check "nice: the target's thread has its nice back" bash -c "grep -qx 'fdtarget 5' <<<\"\$0\"" "$nices"
+"$DETACH" -q "$NP" || fail "nice: detach"
+exec {NW}>&-; wait "$NP"
 finish
