@@ -92,8 +92,12 @@ static int maps_find(int fd, uint64_t addr, uint64_t *lo, uint64_t *hi)
 int mlz_stack_bounds(uint64_t *lo, uint64_t *hi)
 {
     uint64_t sp = current_sp();
-    long fd = raw_syscall3(SYS_openat, AT_FDCWD, (long)"/proc/self/maps",
+    /* thread-self: /proc/self is the main thread, whose maps read empty
+     * once it has exited (pthread_exit in main) while we run on. */
+    long fd = raw_syscall3(SYS_openat, AT_FDCWD, (long)"/proc/thread-self/maps",
                            O_RDONLY | O_CLOEXEC);
+    if (fd < 0)   /* before Linux 3.17 */
+        fd = raw_syscall3(SYS_openat, AT_FDCWD, (long)"/proc/self/maps", O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return (int)fd;
     int rc = maps_find((int)fd, sp, lo, hi);

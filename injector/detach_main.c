@@ -109,7 +109,8 @@ int main(int argc, char **argv)
     int rc, ret = 0, have_state;
     memset(&l, 0, sizeof l);
 
-    if (kill(pid, 0) && errno == ESRCH) {
+    /* Gone, or a zombie not yet reaped: its record and spool are all there is. */
+    if ((kill(pid, 0) && errno == ESRCH) || mlz_proc_live_tid(pid) == 0) {
         rc = detach_exited(pid, output, finalize, quiet);
         if (rc) goto fail;
         return 0;

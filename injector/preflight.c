@@ -148,6 +148,15 @@ static int preflight_once(pid_t pid, int flags, mlz_target *t)
     t->image = mlz__image_id(pid);
     if (pid == getpid()) { mlz__err("refusing to attach to myself"); return MLZ_INJ_EREFUSE; }
     if (state == 'Z' || state == 'X') {
+        pid_t live = mlz_proc_live_tid(pid);
+        if (live > 0 && live != pid) {
+            /* Its threads could be stopped, but every /proc/PID file and
+             * remote call here goes through the main thread. */
+            mlz__err("process %d (%s) runs on after its main thread exited (pthread_exit in main): memlyze-attach "
+                     "and memlyze-detach cannot work on it; memlyze-snapshot can, and a trace recorded already is "
+                     "written by memlyze-detach %d once the process has exited", (int)pid, t->comm, (int)pid);
+            return MLZ_INJ_EREFUSE;
+        }
         mlz__err("process %d (%s) is a zombie: it has exited", (int)pid, t->comm);
         return MLZ_INJ_EGONE;
     }

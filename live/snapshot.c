@@ -156,16 +156,16 @@ typedef struct live_globals {
 
 /* Finds the payload in pid and copies its descriptor. 0, or the return
  * value of mlz_live_read with the reason in err. */
-static int find_payload(pid_t pid, struct memlyze_info *in, char *err, size_t errlen)
+static int find_payload(pid_t pid, pid_t via, struct memlyze_info *in, char *err, size_t errlen)
 {
     mlz_proc_module pay;
     if (kill(pid, 0) && errno == ESRCH) return errbuf_set(err, errlen, "no process %d", (int)pid) - 1;
-    int prc = mlz_proc_payload_find(pid, &pay);
+    int prc = mlz_proc_payload_find(via, &pay);
     if (prc == MLZ_PROC_ENOENT) {
         /* memlyze-attach's record is there but the payload is not: only an
          * exec drops it (a detached payload stays mapped, pass-through). */
         char state[128];
-        snprintf(state, sizeof state, "/proc/%d/root/tmp/memlyze-%d/state", (int)pid, (int)pid);
+        snprintf(state, sizeof state, "/proc/%d/root/tmp/memlyze-%d/state", (int)via, (int)pid);
         if (access(state, F_OK) == 0)
             return errbuf_set(err, errlen, "process %d has exec'd since memlyze-attach: the payload went with its old image "
                         "(memlyze-detach %d writes the trace recorded up to the exec)", (int)pid, (int)pid) - 1;
@@ -176,7 +176,7 @@ static int find_payload(pid_t pid, struct memlyze_info *in, char *err, size_t er
         return errbuf_set(err, errlen, "%s", mlz_proc_error());
     }
     uint64_t info_addr;
-    if ((prc = mlz_proc_payload_info(pid, &pay, in, &info_addr))) {
+    if ((prc = mlz_proc_payload_info(via, &pay, in, &info_addr))) {
         if (prc == MLZ_PROC_EIO)
             return errbuf_set(err, errlen, "cannot read process %d's memory: %s (same user or CAP_SYS_PTRACE needed)", (int)pid,
                         strerror(errno));
@@ -464,12 +464,15 @@ int mlz_live_read(pid_t pid, mlz_live_heap *h, int symbolize, char *err, size_t 
     live_globals g = { 0 };
     memset(h, 0, sizeof *h);
     h->pid = pid;
-    int rc = find_payload(pid, &in, err, errlen);
-    if (!rc) rc = copy_modules(pid, h, err, errlen);
-    if (!rc) rc = read_globals(pid, &in, &g, err, errlen);
-    if (!rc && symbolize) start_warm(pid, &in, &g, h);
-    if (!rc) rc = copy_map(pid, &in, &g, h, err, errlen);
-    if (!rc && read_stacks(pid, &in, &g, h)) rc = errbuf_set(err, errlen, "out of memory");
+    /* A process whose main thread has exited is read through another. */
+    pid_t via = mlz_proc_live_tid(pid);
+    h->via = via = via ? via : pid;
+    int rc = find_payload(pid, via, &in, err, errlen);
+    if (!rc) rc = copy_modules(via, h, err, errlen);
+    if (!rc) rc = read_globals(via, &in, &g, err, errlen);
+    if (!rc && symbolize) start_warm(via, &in, &g, h);
+    if (!rc) rc = copy_map(via, &in, &g, h, err, errlen);
+    if (!rc && read_stacks(via, &in, &g, h)) rc = errbuf_set(err, errlen, "out of memory");
     if (rc) {
         mlz_live_free(h);
         memset(h, 0, sizeof *h);
@@ -499,13 +502,13 @@ void mlz_live_free(mlz_live_heap *h)
 int mlz_live_meta(mlz_live_heap *h, mlz_raw_stack *stacks, size_t nstacks, char **meta, size_t *ml,
                   char *err, size_t errlen)
 {
-    pid_t pid = h->pid;
+    pid_t pid = h->pid, via = h->via ? h->via : h->pid;
     /* The keys a profile carries, as the payload's spool would have them. */
     char p[64], exe[4096], cmdline[4096];
-    snprintf(p, sizeof p, "/proc/%d/exe", (int)pid);
+    snprintf(p, sizeof p, "/proc/%d/exe", (int)via);
     ssize_t k = readlink(p, exe, sizeof exe - 1);
     exe[k > 0 ? k : 0] = 0;
-    snprintf(p, sizeof p, "/proc/%d/cmdline", (int)pid);
+    snprintf(p, sizeof p, "/proc/%d/cmdline", (int)via);
     int cfd = open(p, O_RDONLY | O_CLOEXEC);
     ssize_t cl = cfd >= 0 ? read(cfd, cmdline, sizeof cmdline) : 0;
     if (cfd >= 0) close(cfd);

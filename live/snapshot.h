@@ -31,6 +31,7 @@ typedef struct mlz_live_obj {
  * every refresh; memlyze snapshot writes one to a file). */
 typedef struct mlz_live_heap {
     pid_t pid;
+    pid_t via;                 /* the thread read through (mlz_proc_live_tid) */
     uint64_t rate;            /* the payload's mean sampling interval (1: exact) */
     uint64_t mono2real;       /* add to a time_ns for the real-time clock */
     uint64_t session;         /* the sampling session (memlyze_info v2): pairs snapshots in diff */

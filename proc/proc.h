@@ -37,6 +37,12 @@ const char *mlz_proc_error(void);
  * /proc/PID/mem), else MLZ_PROC_EIO. */
 int mlz_proc_read(pid_t pid, uint64_t addr, void *buf, size_t len);
 
+/* The thread to read a process through: pid itself while its main thread
+ * lives; once that one has exited (pthread_exit in main, the others running
+ * on) /proc/PID/maps is empty and reads through pid fail, so a thread still
+ * running; 0 if there is none. */
+pid_t mlz_proc_live_tid(pid_t pid);
+
 /* ---- maps.c: the modules a process mapped */
 typedef struct mlz_proc_module {
     char path[4096];             /* as in /proc/PID/maps, " (deleted)" removed */

@@ -92,4 +92,71 @@ out=$("$DETACH" "$DEAD" 2>&1); rc=$?
 check "forged: a spool outside the directory is not read" bash -c \
     "[ $rc -ne 0 ] && grep -q 'no such process' <<<\"\$0\" && [ ! -e '$T/forged.mlyze' ]" "$out"
 rm -rf "/tmp/memlyze-$DEAD"
+
+# 5. The main thread exits (pthread_exit) and a worker runs on: /proc/PID/maps
+# is empty then. The payload still finds the worker's stack (its frames are
+# recorded), a snapshot reads through the worker, attach and detach refuse
+# naming the cause, and once the process exits detach writes the trace.
+cat > "$T/mainexit.c" <<'EOF2'
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+static void *volatile keep[100];
+__attribute__((noinline)) void worker_site(int i) { keep[i] = malloc(1000); }
+static void *work(void *a)
+{
+    char buf[64];
+    (void)a;
+    for (int i = 0; i < 100; i++) worker_site(i);
+    printf("done\n");
+    fflush(stdout);
+    while (read(0, buf, sizeof buf) > 0) {}
+    exit(0);
+}
+int main(int argc, char **argv)
+{
+    char buf[64];
+    pthread_t t;
+    printf("ready\n");
+    fflush(stdout);
+    if (argc > 1 && read(0, buf, 1) <= 0) return 1;   /* attach first */
+    pthread_create(&t, NULL, work, NULL);
+    pthread_exit(NULL);
+}
+EOF2
+cc -O1 -g -pthread -fno-omit-frame-pointer -o "$T/mainexit" "$T/mainexit.c" || fail "build mainexit"
+rm -f "$T/me.in"; mkfifo "$T/me.in"
+"$T/mainexit" wait < "$T/me.in" > "$T/me.out" 2>&1 &
+LP=$!
+exec {LW}>"$T/me.in"
+wait_for "$T/me.out" '^ready'
+"$ATTACH" -q -r 1 -o "$T/me.mlyze" "$LP" || fail "main exits: attach"
+printf x >&$LW
+wait_for "$T/me.out" '^done'
+for _ in $(seq 100); do grep -q '^State:.Z' "/proc/$LP/status" && break; sleep 0.02; done
+check "main exits: a snapshot reads the process through its worker (100 blocks of 1000 B)" bash -c \
+    "'$B/bin/memlyze-snapshot' -q -o '$T/me.snap.mlyze' $LP && '$MEMLYZE' top --json '$T/me.snap.mlyze' | python3 -c \"
+import json, sys
+d = json.load(sys.stdin)
+v = sum(s['live_bytes'] for s in d['sites'] if s['frames'] and s['frames'][0].startswith('worker_site '))
+assert v == 100000, v\""
+out=$("$DETACH" "$LP" 2>&1); rc=$?
+check "main exits: detach refuses, naming the cause" bash -c \
+    "[ $rc -ne 0 ] && grep -q 'main thread exited' <<<\"\$0\"" "$out"
+exec {LW}>&-
+for _ in $(seq 200); do [ "$(ls "/proc/$LP/task" 2>/dev/null | wc -l)" -le 1 ] && break; sleep 0.02; done
+check "main exits: once it has exited (a zombie not yet reaped), detach writes the trace" bash -c \
+    "'$DETACH' -q $LP && '$MEMLYZE' validate '$T/me.mlyze' && [ ! -e /tmp/memlyze-$LP ]"
+wait "$LP"
+rm -f "$T/me2.in"; mkfifo "$T/me2.in"
+"$T/mainexit" < "$T/me2.in" > "$T/me2.out" 2>&1 &
+LP=$!
+exec {LW}>"$T/me2.in"
+wait_for "$T/me2.out" '^done'
+for _ in $(seq 100); do grep -q '^State:.Z' "/proc/$LP/status" && break; sleep 0.02; done
+out=$("$ATTACH" -o "$T/me2.mlyze" "$LP" 2>&1); rc=$?
+check "main exits: attach refuses, naming the cause" bash -c \
+    "[ $rc -ne 0 ] && grep -q 'main thread exited' <<<\"\$0\" && [ ! -e /tmp/memlyze-$LP ]" "$out"
+exec {LW}>&-; wait "$LP"
 finish
