@@ -9,6 +9,7 @@
 #include "injector.h"
 #include "info.h"
 
+#include <dirent.h>
 #include <elf.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -64,6 +65,30 @@ static int read_status(mlz_target *t, int *tracer, char *state)
     }
     fclose(f);
     return 0;
+}
+
+/* The tracer of the first thread that has one (0 if none); the thread in *tid. */
+static int thread_tracer(pid_t pid, pid_t *tid)
+{
+    char path[96], line[256];
+    snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
+    DIR *d = opendir(path);
+    if (!d) return 0;
+    int tracer = 0;
+    struct dirent *e;
+    while (!tracer && (e = readdir(d))) {
+        pid_t t = (pid_t)atoi(e->d_name);
+        if (t <= 0 || t == pid) continue;
+        snprintf(path, sizeof path, "/proc/%d/task/%d/status", (int)pid, (int)t);
+        FILE *f = fopen(path, "r");
+        if (!f) continue;
+        while (fgets(line, sizeof line, f))
+            if (sscanf(line, "TracerPid: %d", &tracer) == 1) break;
+        fclose(f);
+        if (tracer) *tid = t;
+    }
+    closedir(d);
+    return tracer;
 }
 
 static void comm_of(pid_t pid, char *buf, size_t cap)
@@ -160,11 +185,14 @@ static int preflight_once(pid_t pid, int flags, mlz_target *t)
         mlz__err("process %d (%s) is a zombie: it has exited", (int)pid, t->comm);
         return MLZ_INJ_EGONE;
     }
+    pid_t traced = pid;
+    if (!tracer) tracer = thread_tracer(pid, &traced);   /* strace -p TID follows one thread */
     if (tracer) {
-        char who[64];
+        char who[64], thr[48] = "";
         comm_of(tracer, who, sizeof who);
-        mlz__err("process %d (%s) is already traced by %d (%s): detach that debugger first",
-                 (int)pid, t->comm, tracer, who[0] ? who : "?");
+        if (traced != pid) snprintf(thr, sizeof thr, " (its thread %d)", (int)traced);
+        mlz__err("process %d (%s)%s is already traced by %d (%s): detach that debugger first",
+                 (int)pid, t->comm, thr, tracer, who[0] ? who : "?");
         return MLZ_INJ_EREFUSE;
     }
     t->stopped = state == 'T';

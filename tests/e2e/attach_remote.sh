@@ -45,8 +45,18 @@ if command -v strace >/dev/null; then
     for _ in $(seq 50); do grep -q 'TracerPid:[[:space:]]*[1-9]' /proc/$SL/status && break; sleep 0.05; done
     check "refuse: already traced by another tracer" bash -c "'$ATTACH' --payload '$TESTLIB' $SL 2>&1 | grep -q 'already traced by $STP (strace)'"
     kill $STP; wait $STP 2>/dev/null
+    # strace -p TID follows one thread: another thread than the main one.
+    start_target traced churn 2
+    tid=$(ls "/proc/$TP/task" | grep -vx "$TP" | head -1)
+    strace -p "$tid" -o /dev/null 2>/dev/null & STP=$!
+    for _ in $(seq 50); do grep -q 'TracerPid:[[:space:]]*[1-9]' "/proc/$TP/task/$tid/status" && break; sleep 0.05; done
+    check "refuse: a thread already traced by another tracer" bash -c \
+        "'$ATTACH' --payload '$TESTLIB' $TP 2>&1 | grep -q '(its thread $tid) is already traced by $STP (strace)'"
+    kill $STP; wait $STP 2>/dev/null
+    finish_target traced
 else
     skip "refuse: already traced by another tracer" "strace not installed"
+    skip "refuse: a thread already traced by another tracer" "strace not installed"
 fi
 kill $SL; wait $SL 2>/dev/null
 start_target strict strict
