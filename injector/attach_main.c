@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define EALREADY_CODE (-114)           /* memlyze_attach: already attached */
@@ -206,6 +207,19 @@ static int check_target(attach_args *a, attach_run *x)
     if ((rc = mlz__abspath(a->o.output ? a->o.output : dflt, x->st.output, sizeof x->st.output))) return rc;
     if (access(x->st.output, F_OK) == 0) {
         mlz__err("%s exists: detach would not replace it (choose another -o)", x->st.output);
+        return MLZ_INJ_EREFUSE;
+    }
+    /* Checked now, not at detach: a trace that cannot be written then has
+     * been recorded for nothing. */
+    char dir[sizeof x->st.output];
+    snprintf(dir, sizeof dir, "%s", x->st.output);
+    char *slash = strrchr(dir, '/');
+    if (slash) *(slash == dir ? slash + 1 : slash) = 0;
+    struct stat dst;
+    const char *why = stat(dir, &dst) ? strerror(errno) : !S_ISDIR(dst.st_mode) ? "not a directory"
+                      : access(dir, W_OK | X_OK) ? strerror(errno) : NULL;
+    if (why) {
+        mlz__err("cannot write the trace into %s: %s", dir, why);
         return MLZ_INJ_EREFUSE;
     }
     if ((rc = mlz__state_prepare(pid, x->t.uid, &x->st))) return rc;

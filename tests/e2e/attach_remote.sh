@@ -73,6 +73,9 @@ cp "$TESTLIB" "$T/evil.so"; chmod 666 "$T/evil.so"
 start_target refuse single
 check "refuse: payload writable by others" bash -c "'$ATTACH' --payload '$T/evil.so' $TP 2>&1 | grep -q 'writable by everyone'"
 check "refuse: nothing was injected" bash -c "! grep -q memlyze /proc/$TP/maps"
+check "refuse: -o in a directory that does not exist, before anything is injected" bash -c \
+    "'$ATTACH' -o '$T/no/such/dir/x.mlyze' $TP 2>&1 | grep -q 'cannot write the trace into $T/no/such/dir: No such file' &&
+     [ \${PIPESTATUS[0]} -ne 0 ] && ! grep -q memlyze /proc/$TP/maps && [ ! -e /tmp/memlyze-$TP ]"
 finish_target refuse
 
 # ---- own SIGSEGV / SIGTRAP handlers: our int3 never reaches them
