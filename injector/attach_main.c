@@ -318,7 +318,7 @@ int main(int argc, char **argv)
 
 fail:
     if (x.in_session) mlz__session_end(&x.s);
-    if (x.st.dir_ours[0]) mlz__state_abort(&x.st);
+    if (x.st.dir_ours[0]) mlz__state_abort(a.pid, &x.st);
 report:
     fprintf(stderr, "memlyze-attach: %s\n", mlz__errmsg()[0] ? mlz__errmsg() : "failed");
     return 1;

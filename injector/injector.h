@@ -275,6 +275,7 @@ typedef struct mlz_state {
     char spool[4096];                /* the spool, as the target names it */
     char spool_ours[4200];           /* the same file, as we reach it (/proc/PID/root/...) */
     char dir_ours[200];
+    uint64_t dir_dev, dir_ino;       /* the directory itself, made by state_prepare (0: not known) */
     uint64_t rate;
     long long attached_at;           /* unix seconds */
 } mlz_state;
@@ -284,7 +285,7 @@ int  mlz__state_write(pid_t pid, const mlz_state *s);   /* as state.new */
 int  mlz__state_commit(const mlz_state *s);              /* state.new -> state */
 /* The spool the payload left (sealed, or unsealed after an exec) into out. */
 int  mlz__state_spool_left(pid_t pid, const mlz_state *s, char *out, size_t cap);
-void mlz__state_abort(const mlz_state *s);               /* a failed attach: drop ours only */
+void mlz__state_abort(pid_t pid, const mlz_state *s);               /* a failed attach: drop ours only */
 int  mlz__state_read(pid_t pid, mlz_state *s);      /* MLZ_INJ_ESTATE when there is none */
 /* The record of PID that exited while attached (read through our /tmp), and
  * the owner of its directory; MLZ_INJ_ESTATE when there is none to trust. */

@@ -67,6 +67,8 @@ int mlz__state_prepare(pid_t pid, uid_t uid, mlz_state *s)
     }
     int rc = check_dir(s->dir_ours, uid);
     if (rc) return rc < 0 && rc != MLZ_INJ_EREFUSE ? MLZ_INJ_EIO : rc;
+    struct stat st;
+    if (lstat(s->dir_ours, &st) == 0) s->dir_dev = (uint64_t)st.st_dev, s->dir_ino = (uint64_t)st.st_ino;
     s->attached_at = (long long)time(NULL);
     snprintf(s->spool, sizeof s->spool, "/tmp/memlyze-%d/spool.%lld", (int)pid, s->attached_at);
     snprintf(s->spool_ours, sizeof s->spool_ours, "%s/spool.%lld", s->dir_ours, s->attached_at);
@@ -99,13 +101,28 @@ int mlz__state_commit(const mlz_state *s)
     return 0;
 }
 
-void mlz__state_abort(const mlz_state *s)
+void mlz__state_abort(pid_t pid, const mlz_state *s)
 {
-    char a[300];
-    snprintf(a, sizeof a, "%s/state.new", s->dir_ours);
+    char dir[200], a[300];
+    snprintf(dir, sizeof dir, "%s", s->dir_ours);
+    if (access(dir, F_OK)) {
+        /* The process exited meanwhile: /proc/PID/root went with it. The
+         * directory is reached through our own /tmp if that is where it is
+         * (the same one: a process with its own /tmp keeps it there). */
+        struct stat st;
+        snprintf(dir, sizeof dir, "/tmp/memlyze-%d", (int)pid);
+        if (!s->dir_ino || lstat(dir, &st) || !S_ISDIR(st.st_mode) || (uint64_t)st.st_dev != s->dir_dev ||
+            (uint64_t)st.st_ino != s->dir_ino)
+            return;
+    }
+    snprintf(a, sizeof a, "%s/state.new", dir);
     unlink(a);
-    if (s->spool_ours[0]) unlink(s->spool_ours);
-    rmdir(s->dir_ours);                /* only when empty */
+    if (s->spool_ours[0]) {
+        const char *base = strrchr(s->spool_ours, '/');
+        snprintf(a, sizeof a, "%s%s", dir, base ? base : "");
+        if (base) unlink(a);
+    }
+    rmdir(dir);                        /* only when empty */
 }
 
 /* Reads the record in s->dir_ours into s; its start_ticks in *ticks. */

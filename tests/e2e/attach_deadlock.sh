@@ -65,4 +65,13 @@ check "late: detach after the late call completed" D -q "$TP"
 finish_target late
 check "late: its read completed normally" grep -q "^ok read" "$T/late.out"
 cleanup_state "$TP"
+
+# The target dies while the attach call runs in it: the attach fails and
+# takes its state directory away, though /proc/PID/root is gone by then.
+MLZT_ATTACH_SLEEP_MS=1500 start_target dies block
+(sleep 0.5; kill -9 "$TP") &
+out=$(A -o "$T/dies.mlyze" "$TP" 2>&1); rc=$?
+{ wait "$TP"; } 2>/dev/null
+check "dies: the attach fails, and leaves no state directory" \
+    bash -c "[ $rc -ne 0 ] && [ ! -e /tmp/memlyze-$TP ]"
 finish
