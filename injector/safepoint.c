@@ -314,10 +314,12 @@ static int scan_once(mlz_tgroup *g, const mlz_glibc_locks *L, pid_t *tid, char *
      * them (possible lock holders) go at once and holds the rest while the
      * borrowed thread loads. */
     for (int i = 0; i < g->n; i++) g->t[i].unsafe = 0;
+    int cands = 0;
     for (int i = 0; i < g->n && !*tid; i++) {
         mlz_thread *t = &g->t[i];
         int cand = g->want ? t->tid == g->want : candidate(t);
         if (!cand) continue;
+        cands++;
         scan s;
         memset(&s, 0, sizeof s);
         s.drain_ok = is_idle_drain(g->pid, t);
@@ -336,6 +338,9 @@ static int scan_once(mlz_tgroup *g, const mlz_glibc_locks *L, pid_t *tid, char *
             snprintf(last_why, cap, "thread %d could not be unwound", (int)t->tid);
         }
     }
+    if (!cands && !g->want)
+        snprintf(last_why, cap, "every thread is stopped in a signal delivery or waits in a call that swaps its "
+                 "signal mask for its duration (sigsuspend, ppoll, pselect, epoll_pwait), which is not borrowed");
     /* The locks: none may be held, by any thread, the chosen one included. */
     char lock_why[320];
     pid_t holder = 0;

@@ -69,6 +69,14 @@ check "seccomp: --allow-seccomp attaches under an allow-all filter" A -q --allow
 check "seccomp: detach" D -q "$TP"
 finish_target seccomp
 cleanup_state "$TP"
+# timeout(1) waits in sigsuspend, its only thread: nothing to borrow, and the
+# refusal says why.
+timeout 30 sleep 30 & SU=$!
+for _ in $(seq 50); do [ "$(cut -d' ' -f1 /proc/$SU/syscall 2>/dev/null)" = 130 ] && break; sleep 0.05; done
+check "refuse: the only thread waits in sigsuspend, and the refusal says so" bash -c \
+    "'$ATTACH' --timeout 300 --payload '$TESTLIB' -o '$T/su.mlyze' $SU 2>&1 | grep -q 'swaps its signal mask' &&
+     [ \${PIPESTATUS[0]} -ne 0 ] && [ ! -e /tmp/memlyze-$SU ]"
+kill $SU; wait $SU 2>/dev/null
 cp "$TESTLIB" "$T/evil.so"; chmod 666 "$T/evil.so"
 start_target refuse single
 check "refuse: payload writable by others" bash -c "'$ATTACH' --payload '$T/evil.so' $TP 2>&1 | grep -q 'writable by everyone'"
