@@ -150,6 +150,24 @@ int mlz__find_loaded(mlz_remote *r, mlz_loaded *out)
     return 0;
 }
 
+/* Where the target's descriptors of ours go: 3/4 of its open-file limit,
+ * and of 1024 at most (a bigger table would cost it memory). As the
+ * payload's writer does for its files (format/writer.c). */
+static int high_fd_base(pid_t pid)
+{
+    char path[64], line[256];
+    unsigned long soft = 1024;
+    snprintf(path, sizeof path, "/proc/%d/limits", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (f) {
+        while (fgets(line, sizeof line, f))
+            if (sscanf(line, "Max open files %lu", &soft) == 1) break;
+        fclose(f);
+    }
+    if (soft > 1024) soft = 1024;
+    return (int)(soft / 4 * 3);
+}
+
 int mlz__load_payload(mlz_remote *r, const char *payload_path, mlz_loaded *out)
 {
     static const char *const libc_names[] = { "dlopen", "dlsym", "dlerror" };
@@ -179,6 +197,17 @@ int mlz__load_payload(mlz_remote *r, const char *payload_path, mlz_loaded *out)
     if ((rc = sys(r, SYS_fcntl, (uint64_t)fd, F_ADD_SEALS, F_SEAL_SEAL | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE,
                   &ret, "sealing the memfd")))
         goto out;
+    /* Moved up, out of the numbers the program picks: a dup2() onto a low
+     * one (`exec 3>file`) would take the name by which debuggers read the
+     * payload. Where it cannot move, it stays. */
+    int base = high_fd_base(r->pid);
+    int64_t hi = -1;
+    uint64_t dup_args[6] = { (uint64_t)fd, F_DUPFD_CLOEXEC, (uint64_t)base, 0, 0, 0 };
+    if (base > fd && mlz__remote_syscall(r, SYS_fcntl, dup_args, &hi) == 0 && hi > 0) {
+        if ((rc = sys(r, SYS_close, (uint64_t)fd, 0, 0, &ret, "close"))) { fd = hi; goto out; }
+        fd = hi;
+        mlz__note("memfd moved to %d", (int)fd);
+    }
 
     /* Not /proc/self/...: the name stays in the loader's list, and a
      * debugger or tool that later opens it would open its OWN fd N (gdb hung

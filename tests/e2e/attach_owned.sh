@@ -86,6 +86,10 @@ CP=$!
 exec {CW}>"$T/c.in"
 wait_for "$T/c.out" '^ready'
 "$ATTACH" -q -r 1 -o "$T/c.mlyze" "$CP" || fail "clobber: attach"
+ours=$(for f in /proc/"$CP"/fd/*; do case $(readlink "$f") in *memlyze*) basename "$f";; esac; done | tr '\n' ' ')
+lim=$(awk '/^Max open files/ { print ($4 > 1024 ? 1024 : $4) }' "/proc/$CP/limits")
+check "clobber: the payload's descriptors (memfd, spool) sit at 3/4 of the limit and above" bash -c \
+    "[ \$(wc -w <<<'$ours') -ge 2 ] && for n in $ours; do [ \$n -ge $((lim / 4 * 3)) ] || exit 1; done"
 echo go >&$CW
 wait_for "$T/c.out" '^done'
 sleep 1.2          # the drain writes its buffer out about once a second
