@@ -94,12 +94,20 @@ long long cli_parse_size(const char *s)
     return (long long)(v * mul);
 }
 
-int cli_parse_time(const char *s, uint64_t start_us, uint64_t *out)
+int cli_parse_number(const char *s, double max, double *out)
 {
     char *end;
     errno = 0;
     double v = strtod(s, &end);
-    if (errno || end == s || *end || v < 0) return -1;
+    if (errno || end == s || *end || !(v >= 0 && v <= max)) return -1;   /* NaN fails both */
+    *out = v;
+    return 0;
+}
+
+int cli_parse_time(const char *s, uint64_t start_us, uint64_t *out)
+{
+    double v;
+    if (cli_parse_number(s, 9e18, &v)) return -1;
     /* Anything past 10^12 reads as microseconds since the epoch (1970 + 11 days). */
     if (v >= 1e12) *out = (uint64_t)v;
     else *out = start_us + (uint64_t)(v * 1e6 + 0.5);

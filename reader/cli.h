@@ -32,6 +32,8 @@ void cli_print_format_error(const char *cmd, const char *path, const mlz_error *
 const char *cli_bytes(double bytes, char *buf, size_t len);
 /* A point in a recording: seconds since its start ("12.5") or an absolute
  * time in microseconds since the epoch (large numbers). 0 or -1. */
+/* A number in [0, max] (NaN and infinities refused): 0, or -1. */
+int  cli_parse_number(const char *s, double max, double *out);
 int  cli_parse_time(const char *s, uint64_t start_us, uint64_t *out);
 /* Parses sizes like "512k", "4M", "1"; -1 on error. */
 long long cli_parse_size(const char *s);

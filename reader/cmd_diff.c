@@ -246,10 +246,12 @@ static int run(int argc, char **argv)
         }
         sitejson_dump(root, arr, stdout);
     } else {
-        char cell[96];
-        printf("live heap %s -> %s (%+.1f%%); growth %s (%s)\n", cli_bytes(ta, b1, sizeof b1),
-               cli_bytes(tb, b2, sizeof b2), ta > 0 ? 100 * (tb - ta) / ta : 0.0, growth_cell(&total, cell, sizeof cell),
-               how);
+        char cell[96], pct[32];
+        /* No percentage of nothing: a heap that starts empty only grows. */
+        if (ta > 0) snprintf(pct, sizeof pct, "%+.1f%%", 100 * (tb - ta) / ta);
+        else snprintf(pct, sizeof pct, "%s", tb > 0 ? "from nothing" : "unchanged");
+        printf("live heap %s -> %s (%s); growth %s (%s)\n", cli_bytes(ta, b1, sizeof b1), cli_bytes(tb, b2, sizeof b2),
+               pct, growth_cell(&total, cell, sizeof cell), how);
         printf("%4s  %-36s %11s %11s  %s\n", "rank", "growth (95% interval)", "A", "B", "site");
         for (size_t i = 0; i < t.n && i < (size_t)n; i++) {
             dsite *d = &t.v[i];

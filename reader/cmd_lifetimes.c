@@ -41,8 +41,9 @@ static int report(const mlz_command *cmd, int temp, int argc, char **argv)
             n = strtol(optarg, &end, 10);
             if (*end || n <= 0) return cli_usage_error(cmd, "-n needs a positive number");
         } else if ((c == 'a' && !temp) || (c == 'w' && temp)) {
-            secs = strtod(optarg, &end);
-            if (*end || secs < 0) return cli_usage_error(cmd, "%s takes seconds", temp ? "--within" : "--age");
+            /* Up to 10^12 s: its microseconds still fit. */
+            if (cli_parse_number(optarg, 1e12, &secs))
+                return cli_usage_error(cmd, "%s takes seconds (0 to 1e12)", temp ? "--within" : "--age");
         } else if (c == 'j') {
             as_json = 1;
         } else {

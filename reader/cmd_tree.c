@@ -88,8 +88,9 @@ static int run(int argc, char **argv)
             else return cli_usage_error(&cmd_tree, "--metric takes live or allocated");
             break;
         case 's':
-            g_min = strtod(optarg, &end) / 100;
-            if (*end || g_min < 0) return cli_usage_error(&cmd_tree, "--min-share takes a percentage");
+            if (cli_parse_number(optarg, 100, &g_min))
+                return cli_usage_error(&cmd_tree, "--min-share takes a percentage (0 to 100)");
+            g_min /= 100;
             break;
         case 'd':
             g_depth = (int)strtol(optarg, &end, 10);

@@ -66,4 +66,15 @@ else
 fi
 check "unknown command exits 2" bash -c "'$MEMLYZE' frobnicate 2>/dev/null; [ \$? -eq 2 ]"
 check "bad option exits 2" bash -c "'$MEMLYZE' top --bogus x 2>/dev/null; [ \$? -eq 2 ]"
+# Numbers that strtod takes but no time or share is: a usage error each,
+# never a report computed from a cast of NaN or of an overflowing double.
+for a in "top --at nan" "top --at inf" "top --at 1e20" "diff --from nan --to 1" "tree --min-share nan" \
+         "tree --min-share 101" "leaks --age nan" "leaks --age 1e14" "temporary --within inf"; do
+    check "$a exits 2" bash -c "'$MEMLYZE' $a '$T/trace.mlyze' >/dev/null 2>&1; [ \$? -eq 2 ]"
+done
+# The seed trace's first allocation comes 1 s after its start.
+sed 's/^alloc dt=0 t=0 /alloc dt=1000000 t=0 /' "$SEEDS/trace.txt" > "$T/late.txt"
+"$MEMLYZE" undump -o "$T/late.mlyze" "$T/late.txt"
+check "diff from an empty heap says so, not +0.0%" bash -c \
+    "'$MEMLYZE' diff --from 0.5 --to 1e9 '$T/late.mlyze' | head -1 | grep -q '^live heap 0 B -> .* (from nothing); '"
 finish
