@@ -233,6 +233,13 @@ int mlz__quiescent(void)
     return 1;
 }
 
+/* The cumulative counters at this session's start (mlz__drain_start). */
+typedef struct session_counts {
+    uint64_t samples, frees_tracked, events_written, ring_drops, no_ring, frees_lost, reentrant, spool_errors,
+        ring_waits;
+} session_counts;
+static session_counts session_base;
+
 /* The counters tools read (memlyze_info, the spool's COUNTERS): the shared
  * part plus every ring's. Rings are never freed while the drain runs, and
  * a reused ring keeps its counts (they belong to the process, not the
@@ -759,6 +766,18 @@ int mlz__drain_start(void)
     ring_size = mlz__g.rate <= 1 ? RING_MAX / 2 : RING_MAX;
     detect_prefetchw();
     atomic_store(&mlz__g.c.rate_shift, 0);
+    /* Counters count for the process (memlyze_info); a trace reports its
+     * own session's, from here on (write_counters). The disk check starts
+     * over with the session. */
+    sum_counters();
+    atomic_store(&mlz__g.c.disk_low_stops, 0);
+    session_base = (session_counts){
+        atomic_load(&mlz__g.c.samples), atomic_load(&mlz__g.c.frees_tracked),
+        atomic_load(&mlz__g.c.events_written), atomic_load(&mlz__g.c.ring_drops),
+        atomic_load(&mlz__g.c.no_ring), atomic_load(&mlz__g.c.frees_lost),
+        atomic_load(&mlz__g.c.reentrant), atomic_load(&mlz__g.c.spool_errors),
+        atomic_load(&mlz__g.c.ring_waits),
+    };
     spool_shift = 0;
     trouble_seen = atomic_load(&mlz__g.c.ring_drops) + atomic_load(&mlz__g.c.ring_waits);
     raised_at = 0;
@@ -794,7 +813,8 @@ int mlz__drain_start(void)
 }
 
 /* The payload's statistics, as a JSON object in a COUNTERS record at the
- * end of the spool; finalize puts it into the trace's metadata. */
+ * end of the spool; finalize puts it into the trace's metadata. Those the
+ * process accumulates over sessions count since this session's start. */
 static void write_counters(uint64_t t_us)
 {
     static char buf[2048];
@@ -802,16 +822,17 @@ static void write_counters(uint64_t t_us)
     mlz_jw_init(&w, buf, sizeof buf);
     mlz_jw_obj(&w, NULL);
 #define C(name, v) mlz_jw_u64(&w, name, (uint64_t)(v))
-    C("samples", mlz__g.c.samples);
-    C("frees_tracked", mlz__g.c.frees_tracked);
-    C("events_written", mlz__g.c.events_written);
-    C("ring_drops", mlz__g.c.ring_drops);
-    C("no_ring", mlz__g.c.no_ring);
-    C("frees_lost", mlz__g.c.frees_lost);
-    C("reentrant", mlz__g.c.reentrant);
-    C("spool_errors", mlz__g.c.spool_errors);
+#define S(name) mlz_jw_u64(&w, #name, (uint64_t)(atomic_load(&mlz__g.c.name) - session_base.name))
+    S(samples);
+    S(frees_tracked);
+    S(events_written);
+    S(ring_drops);
+    S(no_ring);
+    S(frees_lost);
+    S(reentrant);
+    S(spool_errors);
     C("disk_low_stops", mlz__g.c.disk_low_stops);
-    C("ring_waits", mlz__g.c.ring_waits);
+    S(ring_waits);
     C("rate_shift", mlz__g.c.rate_shift);
     C("map_capacity", mlz__g.map.mask + 1);
     C("map_full_drops", mlz__g.map.full_drops);
@@ -831,6 +852,7 @@ static void write_counters(uint64_t t_us)
     C("unwind_no_module", us.no_module);
     C("unwind_bad_frame", us.bad_frame);
 #undef C
+#undef S
     mlz_jw_end(&w);
     if (mlz_jw_ok(&w) == 0) mlz_writer_ext(&spool, MLZ_EV_COUNTERS, t_us, buf, w.len);
 }

@@ -88,4 +88,20 @@ sum0=$(awk '/^checksum/ { print $2; exit }' "$T/cyc.out")
 finish_target cyc
 check "cycles: checksum unchanged" bash -c "grep -q '^ok checksum $sum0\$' '$T/cyc.out'"
 cleanup_state "$TP"
+
+# Two exact sessions in a row: each trace's counters are its session's own
+# (the payload's counters accumulate over the process's sessions).
+start_target two churn 2
+for k in 1 2; do
+    A -q -r 1 -o "$T/two$k.mlyze" "$TP" || fail "two: attach $k"
+    sleep 0.3
+    D -q "$TP" || fail "two: detach $k"
+done
+finish_target two
+for k in 1 2; do
+    check "two: session $k's trace counts its own samples" bash -c \
+        "s=\$('$MEMLYZE' stats '$T/two$k.mlyze'); a=\$(awk '\$1 == \"alloc\" { print \$2 }' <<<\"\$s\");
+         c=\$(awk '\$1 == \"samples\" { print \$2 }' <<<\"\$s\"); [ -n \"\$a\" ] && [ \"\$a\" = \"\$c\" ]"
+done
+cleanup_state "$TP"
 finish
