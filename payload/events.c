@@ -805,7 +805,14 @@ int mlz__drain_start(void)
      * the guard makes those pass through. */
     uint32_t g = mlz__tls.s.in_hook;
     mlz__tls.s.in_hook = 1;
+    /* Born with every signal blocked: with the creator's mask, a signal the
+     * program blocks in its threads (for sigwait, signalfd) could be
+     * delivered to the new thread before it blocks them itself, and kill. */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
     int rc = pthread_create(&drain_thread, NULL, drain_main, (void *)(uintptr_t)gen);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
     mlz__tls.s.in_hook = g;
     if (rc) { mlz_writer_abort(&spool); spool_open = 0; return -1; }
     atomic_store(&drain_running, 1);
