@@ -872,6 +872,9 @@ void mlz__drain_stop(void)
         else pthread_join(drain_thread, NULL);
     }
     if (!spool_open) return;
+    /* A library loaded since the last round (the drain looks every 10 ms):
+     * finalize can name the pcs in it. */
+    if (mlz_modtab_changed()) mlz_modtab_refresh();
     uint64_t d = mlz__now_ns();
     write_modules(to_us(d));
     drain_round(UINT64_MAX);

@@ -1,14 +1,16 @@
 /*
- * exec_hooks.c - the exec family, exported by libmemlyze-preload.so only:
- * each flushes the profile (exec.c) and then calls the real function. The
- * glibc functions call execve internally without the PLT, so every entry
- * point a program may use is wrapped here, not just execve.
+ * exec_hooks.c - the exec family and _exit, exported by
+ * libmemlyze-preload.so only: each flushes the profile (exec.c) and then
+ * calls the real function. The glibc functions call execve internally
+ * without the PLT, so every entry point a program may use is wrapped here,
+ * not just execve.
  */
 #include "payload.h"
 
 #include <dlfcn.h>
 #include <errno.h>
 #include <stdarg.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 typedef int (*execve_fn)(const char *, char *const[], char *const[]);
@@ -22,6 +24,7 @@ extern char **environ;
 static execve_fn real_execve, real_execvpe;
 static execv_fn real_execv, real_execvp;
 static fexecve_fn real_fexecve;
+static void (*real_exit_now)(int);
 
 __attribute__((constructor)) static void resolve_exec(void)
 {
@@ -30,7 +33,25 @@ __attribute__((constructor)) static void resolve_exec(void)
     real_execv = (execv_fn)dlsym(RTLD_NEXT, "execv");
     real_execvp = (execv_fn)dlsym(RTLD_NEXT, "execvp");
     real_fexecve = (fexecve_fn)dlsym(RTLD_NEXT, "fexecve");
+    real_exit_now = (void (*)(int))dlsym(RTLD_NEXT, "_exit");
 }
+
+/* _exit runs no destructor, so the profile is sealed here, as exit would
+ * (shells end their children so, dash itself, and many fork children).
+ * Only by the process that owns the spool, and not from inside our own
+ * code (a signal handler that interrupted a sample path). quick_exit and
+ * a raw exit_group reach _exit without the PLT: their profile ends with
+ * the drain's last write, as after a kill. */
+static _Noreturn void exit_now(int status)
+{
+    if (mlz__g.ready && (pid_t)syscall(SYS_getpid) == mlz__g.pid && !mlz__tls.s.in_hook)
+        mlz__shutdown();
+    if (real_exit_now) real_exit_now(status);
+    for (;;) syscall(SYS_exit_group, status);
+}
+
+MLZ_EXPORT _Noreturn void _exit(int status) { exit_now(status); }
+MLZ_EXPORT _Noreturn void _Exit(int status) { exit_now(status); }
 
 /* Runs the real call between mlz__exec_before and mlz__exec_failed. */
 #define WRAP(call)                                   \

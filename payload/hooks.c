@@ -411,20 +411,19 @@ static void *call_realloc(const void *ctx, void *p, size_t n, size_t m)
     return mlz__g.real.realloc(p, n);
 }
 
-static void *call_reallocarray(const void *ctx, void *p, size_t n, size_t m)
-{
-    (void)ctx;
-    return mlz__g.real.reallocarray(p, n, m);
-}
-
 void *mlz_hook_realloc(void *p, size_t n)
 {
     return mlz__realloc_common(p, n, 1, call_realloc, NULL);
 }
 
+/* What glibc's reallocarray is, done here: its realloc call goes through
+ * the PLT, into our realloc, and the block was recorded twice. */
 void *mlz_hook_reallocarray(void *p, size_t n, size_t m)
 {
     size_t total;
-    if (__builtin_mul_overflow(n, m, &total)) return mlz__g.real.reallocarray(p, n, m);
-    return mlz__realloc_common(p, n, m, call_reallocarray, NULL);
+    if (__builtin_mul_overflow(n, m, &total)) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    return mlz__realloc_common(p, total, 1, call_realloc, NULL);
 }

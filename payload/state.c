@@ -58,8 +58,16 @@ static uint64_t parse_size(const char *s)
         if (v > UINT64_MAX / 10) return 0;
         v = v * 10 + (uint64_t)(*s - '0');
     }
-    if (*s == 'k' || *s == 'K') { v <<= 10; s++; }
-    else if (*s == 'm' || *s == 'M') { v <<= 20; s++; }
+    /* The suffixes memlyze run's --rate takes (reader/cli.c). */
+    unsigned shift = 0;
+    if (*s == 'k' || *s == 'K') shift = 10;
+    else if (*s == 'm' || *s == 'M') shift = 20;
+    else if (*s == 'g' || *s == 'G') shift = 30;
+    if (shift) {
+        if (v > UINT64_MAX >> shift) return 0;
+        v <<= shift;
+        s++;
+    }
     if (*s == 'i') s++;
     if (*s == 'b' || *s == 'B') s++;
     return *s ? 0 : v;

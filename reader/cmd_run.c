@@ -19,6 +19,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -293,9 +294,54 @@ static int add_hook(const char *arg, const char *prog, char *spec, size_t cap)
     return 0;
 }
 
+/* SIGTERM and SIGHUP (timeout, a closing terminal, a service manager) are
+ * the program's to handle: passed on, and we write what it recorded once it
+ * has ended. SIGINT and SIGQUIT reach it from the terminal by themselves. */
+static volatile sig_atomic_t child_pid;
+
+static void pass_on(int sig)
+{
+    if (child_pid > 0) kill((pid_t)child_pid, sig);
+}
+
+/* Ends the way the program ended: its exit code, or its signal (no core of
+ * ours), so that a shell or a supervisor sees the program's own status. */
+static int end_like(int st)
+{
+    if (WIFEXITED(st)) return WEXITSTATUS(st);
+    int sig = WTERMSIG(st);
+    struct rlimit none = { 0, 0 };
+    setrlimit(RLIMIT_CORE, &none);
+    signal(sig, SIG_DFL);
+    sigset_t one;
+    sigemptyset(&one);
+    sigaddset(&one, sig);
+    sigprocmask(SIG_UNBLOCK, &one, NULL);
+    raise(sig);
+    return 128 + sig;            /* a signal that does not kill */
+}
+
+/* FILE must be new, in a directory we may write: checked before the program
+ * runs, not after, when its whole recording would be lost. */
+static int check_output(const char *out)
+{
+    if (access(out, F_OK) == 0)
+        return cli_error("run", "%s exists: the trace would not replace it (choose another -o)", out);
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof dir, "%s", out);
+    char *slash = strrchr(dir, '/');
+    if (!slash) snprintf(dir, sizeof dir, ".");
+    else *(slash == dir ? slash + 1 : slash) = 0;
+    struct stat st;
+    const char *why = stat(dir, &st) ? strerror(errno) : !S_ISDIR(st.st_mode) ? "not a directory"
+                      : access(dir, W_OK | X_OK) ? strerror(errno) : NULL;
+    return why ? cli_error("run", "cannot write the trace into %s: %s", dir, why) : 0;
+}
+
 static int run(int argc, char **argv)
 {
-    const char *out = NULL, *rate = NULL, *unwind = NULL, *seed = NULL;
+    const char *out = NULL, *unwind = NULL;
+    char rate[24] = "", seed[24] = "";
     int encoding = MLZ_ENC_SPLIT, compress = 0, follow = 0, got = 0, coverage = 0, c, nhooks = 0;
     const char *hook_args[MAX_HOOKS];
     char hooks[MAX_HOOKS * 128] = "";
@@ -307,16 +353,28 @@ static int run(int argc, char **argv)
         { "format", required_argument, 0, 'E' }, { "hook", required_argument, 0, 'H' }, { 0, 0, 0, 0 } };
     while ((c = getopt_long(argc, argv, "+r:o:z", opts, NULL)) != -1) {
         switch (c) {
-        case 'r':
-            if (cli_parse_size(optarg) <= 0) return cli_usage_error(&cmd_run, "--rate needs a size in bytes");
-            rate = optarg;
+        case 'r': {
+            /* Passed on as bytes: the payload reads a plain number. */
+            long long r = cli_parse_size(optarg);
+            if (r <= 0) return cli_usage_error(&cmd_run, "--rate needs a size in bytes");
+            snprintf(rate, sizeof rate, "%lld", r);
             break;
+        }
         case 'o': out = optarg; break;
         case 'u':
             if (strcmp(optarg, "fp") && strcmp(optarg, "dwarf")) return cli_usage_error(&cmd_run, "--unwind takes fp or dwarf");
             unwind = optarg;
             break;
-        case 's': seed = optarg; break;
+        case 's': {
+            char *end;
+            errno = 0;
+            unsigned long long v = strtoull(optarg, &end, 10);
+            /* 0 would mean "none" to the payload: a seed from entropy. */
+            if (errno || end == optarg || *end || optarg[0] == '-' || v == 0)
+                return cli_usage_error(&cmd_run, "--seed takes a positive integer");
+            snprintf(seed, sizeof seed, "%llu", v);
+            break;
+        }
         case 'z': compress = 1; break;
         case 'E':
             if ((encoding = mlz_encoding_parse(optarg)) < 0)
@@ -334,6 +392,7 @@ static int run(int argc, char **argv)
         }
     }
     if (optind >= argc) return cli_usage_error(&cmd_run, "no command to run");
+    if (out && check_output(out)) return 1;
     if (compress) encoding = MLZ_ENC_LZ4;
     for (int k = 0; k < nhooks; k++) {
         int e = add_hook(hook_args[k], argv[optind], hooks, sizeof hooks);
@@ -366,9 +425,9 @@ static int run(int argc, char **argv)
         char me[24];
         snprintf(me, sizeof me, "%d", (int)getpid());
         setenv("MEMLYZE_ROOT_PID", me, 1);
-        if (rate) setenv("MEMLYZE_RATE", rate, 1);
+        if (rate[0]) setenv("MEMLYZE_RATE", rate, 1);
         if (unwind) setenv("MEMLYZE_UNWIND", unwind, 1);
-        if (seed) setenv("MEMLYZE_SEED", seed, 1);
+        if (seed[0]) setenv("MEMLYZE_SEED", seed, 1);
         if (follow) setenv("MEMLYZE_FOLLOW_FORK", "1", 1);
         if (got) setenv("MEMLYZE_MODE", "got", 1);
         if (coverage) setenv("MEMLYZE_COVERAGE", "1", 1);
@@ -380,17 +439,26 @@ static int run(int argc, char **argv)
     /* The program gets the terminal's signals; we wait for it. */
     signal(SIGINT, SIG_IGN);
     signal(SIGQUIT, SIG_IGN);
+    child_pid = pid;
+    struct sigaction sa = { 0 };
+    sa.sa_handler = pass_on;
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
     int st;
     while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {}
-    int code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    child_pid = 0;
     /* 127 and nothing written: the command could not be run at all. */
-    if (WIFEXITED(st) && code == 127 && rmdir(dir) == 0) return 127;
+    if (WIFEXITED(st) && WEXITSTATUS(st) == 127 && rmdir(dir) == 0) return 127;
 
     char def[64];
     if (!out) { snprintf(def, sizeof def, "memlyze.%d.mlyze", (int)pid); out = def; }
     int rc = write_traces(dir, out, encoding, coverage);
     rmdir(dir);
-    return rc < 0 ? 1 : rc == 0 ? cli_error("run", "the program wrote no profile (statically linked?)") : code;
+    if (rc == 0)
+        cli_error("run", "the program wrote no profile (statically linked, set-user-ID, or it could not load "
+                  "the profiler)");
+    if (rc < 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0) return 1;   /* our failure, said above */
+    return end_like(st);
 }
 
 const mlz_command cmd_run = {
@@ -398,11 +466,12 @@ const mlz_command cmd_run = {
     "usage: memlyze run [-r BYTES] [-o FILE] [--unwind fp|dwarf] [--format split|v1|lz4] [-z] [--follow-fork] [--got] [--coverage] [--hook SYMBOL=KIND] -- CMD [ARGS]\n"
     "\n"
     "Runs CMD with the memlyze sampler preloaded (LD_PRELOAD) and, when it\n"
-    "exits, writes its symbolized trace. Exits with CMD's status. An exec keeps\n"
+    "exits, writes its symbolized trace. Exits with CMD's status (or dies by its\n"
+    "signal); SIGTERM and SIGHUP are passed on to CMD. An exec keeps\n"
     "the profile going (wrappers: sh -c 'exec ...', env, nice, timeout...): the\n"
     "trace marks it and ends what the old image held. Prints one line per file.\n"
     "  -r, --rate BYTES    mean bytes between samples (default 512k; 1 = every allocation)\n"
-    "  -o, --output FILE   the trace (default memlyze.PID.mlyze)\n"
+    "  -o, --output FILE   the trace, a new file (default memlyze.PID.mlyze)\n"
     "  --unwind fp|dwarf   stack unwinder (default dwarf: also walks code built without\n"
     "                      frame pointers; fp is cheaper per sample)\n"
     "  --seed N            fixed sampling seed (reproducible runs)\n"
