@@ -349,30 +349,49 @@ out:
     return rc;
 }
 
+/* "+4.00 MiB ± 1.20 MiB", or "+4.00 MiB (1.90 MiB .. 7.10 MiB)" when the
+ * interval is not symmetric (a paired growth from few samples), as memlyze
+ * diff prints it. */
+static const char *growth_text(double g, double lo, double hi, char *buf, size_t len)
+{
+    char x[40], y[40], z[40];
+    double h = (hi - lo) / 2;
+    if (fabs(g - lo - h) <= 1e-6 * (h + 1))
+        snprintf(buf, len, "%s%s \xc2\xb1 %s", g >= 0 ? "+" : "-", cli_bytes(fabs(g), x, sizeof x), cli_bytes(h, y, sizeof y));
+    else
+        snprintf(buf, len, "%s%s (%s .. %s)", g >= 0 ? "+" : "-", cli_bytes(fabs(g), x, sizeof x), cli_bytes(lo, y, sizeof y),
+                 cli_bytes(hi, z, sizeof z));
+    return buf;
+}
+
 int sv_diff(FILE *f, const sv_state *s, const sv_view *a, const sv_view *b)
 {
     diff_result d;
-    if (diff_profiles(a->p, b->p, &d)) return sv_error(f, s, 500, "out of memory");
+    if (diff_profiles(a->p, b->p, a->f == b->f, &d)) return sv_error(f, s, 500, "out of memory");
     char title[2600], ma[80], mb[80], x[80], y[80], z[80];
     snprintf(title, sizeof title, "growth from %s%s to %s%s", s->src[a->f].name, moment(a, ma, sizeof ma),
              s->src[b->f].name, moment(b, mb, sizeof mb));
     sv_page_begin(f, s, title, b->f);
     fputs("<h1>", f);
     sv_html(f, title);
-    fprintf(f, "</h1>\n<p id=\"difftotal\">live heap %s &rarr; %s; growth %s%s \xc2\xb1 %s (95%%)</p>\n",
-            cli_bytes(d.a, x, sizeof x), cli_bytes(d.b, y, sizeof y), d.b >= d.a ? "+" : "-",
-            cli_bytes(fabs(d.b - d.a), z, sizeof z), cli_bytes(d.growth_ci95, ma, sizeof ma));
+    char gt[160], how[96];
+    if (d.paired)
+        snprintf(how, sizeof how, "paired: %llu samples born, %llu died", (unsigned long long)d.born,
+                 (unsigned long long)d.died);
+    else snprintf(how, sizeof how, "independent estimates");
+    fprintf(f, "</h1>\n<p id=\"difftotal\">live heap %s &rarr; %s; growth %s (95%%; %s)</p>\n",
+            cli_bytes(d.a, x, sizeof x), cli_bytes(d.b, y, sizeof y), growth_text(d.growth, d.lo, d.hi, gt, sizeof gt),
+            how);
     fputs("<p>Sites matched by function, file and line; the ones that grew most first. "
           "Click a site for the flame graph of the growth.</p>\n", f);
     diff_form(f, s, a->f, b->f);
     fputs("<table id=\"diff\">\n<tr><th>#</th><th>growth (95%)</th><th>A</th><th>B</th><th>site</th></tr>\n", f);
     for (size_t i = 0; i < d.n && i < SV_TOP_ROWS; i++) {
         const diff_row *r = &d.rows[i];
-        char g[80], ci[40];
-        snprintf(g, sizeof g, "%s%s \xc2\xb1 %s", r->growth >= 0 ? "+" : "-", cli_bytes(fabs(r->growth), x, sizeof x),
-                 cli_bytes(r->growth_ci95, ci, sizeof ci));
+        char g[160];
+        growth_text(r->growth, r->lo, r->hi, g, sizeof g);
         fprintf(f, "<tr><td class=\"n\">%zu</td><td class=\"n %s\">%s</td><td class=\"n\">%s</td><td class=\"n\">%s</td><td class=\"site\">",
-                i + 1, fabs(r->growth) <= r->growth_ci95 ? "" : r->growth > 0 ? "grew" : "shrank", g,
+                i + 1, r->lo > 0 ? "grew" : r->hi < 0 ? "shrank" : "", g,
                 cli_bytes(r->a, y, sizeof y), cli_bytes(r->b, z, sizeof z));
         if (r->nframes) {
             fputs("<a class=\"sitelink\" href=\"/flame?", f);

@@ -290,33 +290,47 @@ const mlz_command cmd_diff = {
 };
 
 /* diff.h: the same table for two profiles already loaded (memlyze serve). */
-int diff_profiles(const prof *pa, const prof *pb, diff_result *out)
+int diff_profiles(const prof *pa, const prof *pb, int same_file, diff_result *out)
 {
     dtab t = { json_object(), NULL, 0, 0 };
     memset(out, 0, sizeof *out);
     uint32_t *ia = calloc(pa->nsites + 1, sizeof *ia), *ib = calloc(pb->nsites + 1, sizeof *ib);
     int rc = t.index && ia && ib && !collect(&t, pa, 0, ia) && !collect(&t, pb, 1, ib) ? 0 : -1;
+    const char *why;
+    int paired = !rc && (same_file || pd_same_session(pa->meta, pb->meta, &why));
+    pairing pg = { &t, { ia, ib }, pa, { { 0, 0 }, { 0, 0 } }, 0, 0 };
+    if (paired) pd_changes(pa, ia, pb, ib, on_change, &pg);
     free(ia);
     free(ib);
-    for (size_t i = 0; !rc && i < t.n; i++)
-        growth_independent(&t.v[i], t.v[i].b - t.v[i].a, t.v[i].va + t.v[i].vb, t.v[i].cb - t.v[i].ca);
+    double ta = 0, tb = 0, tva = 0, tvb = 0;
+    for (size_t i = 0; !rc && i < t.n; i++) {
+        dsite *d = &t.v[i];
+        ta += d->a; tb += d->b; tva += d->va; tvb += d->vb;
+        if (paired) growth_paired(d, &d->pg, d->gc);
+        else growth_independent(d, d->b - d->a, d->va + d->vb, d->cb - d->ca);
+    }
     if (!rc && t.n) {
         qsort(t.v, t.n, sizeof *t.v, cmp_growth);
         out->rows = calloc(t.n, sizeof *out->rows);
         if (!out->rows) rc = -1;
     }
-    double tva = 0, tvb = 0;
     for (size_t i = 0; !rc && i < t.n; i++) {
         const dsite *d = &t.v[i];
         diff_row *r = &out->rows[out->n++];
-        *r = (diff_row){ d->a, d->b, d->b - d->a, 1.96 * sqrt(d->va + d->vb), d->cb - d->ca, { { 0 } }, d->nframes };
+        *r = (diff_row){ d->a, d->b, d->g.value, d->lo, d->hi, d->gc, { { 0 } }, d->nframes };
         memcpy(r->frames, d->frames, sizeof r->frames);
-        out->a += d->a;
-        out->b += d->b;
-        tva += d->va;
-        tvb += d->vb;
     }
-    out->growth_ci95 = 1.96 * sqrt(tva + tvb);
+    dsite total;
+    if (paired) growth_paired(&total, &pg.total, 0);
+    else growth_independent(&total, tb - ta, tva + tvb, 0);
+    out->a = ta;
+    out->b = tb;
+    out->growth = total.g.value;
+    out->lo = total.lo;
+    out->hi = total.hi;
+    out->paired = paired;
+    out->born = pg.born;
+    out->died = pg.died;
     json_decref(t.index);
     free(t.v);
     if (rc) diff_result_free(out);

@@ -80,6 +80,15 @@ done
 check "pages need nothing from the network" bash -c "! curl -s '${URL}timeline?f=0' '${URL}flame?f=2' '${URL}top?f=2' | grep -Eiq '(src|href)=\"(https?:)?//'"
 check "a policy forbids fetching anything" bash -c "curl -sI '${URL}top?f=2' | grep -qi \"content-security-policy: default-src 'none'\""
 check "diff page: the leak first" bash -c "curl -s '${URL}diff?a=1&b=2' | grep -m1 'class=\"sitelink\"' | grep -q remember_request"
+# Pairing, as memlyze diff pairs: two snapshots of one session, two moments
+# of one trace, a snapshot with itself (growth exactly 0).
+check "diff page: snapshots of one session are paired, as memlyze diff says" bash -c \
+    "curl -s '${URL}diff?a=1&b=2' | grep -q 'id=\"difftotal\">.*(95%; paired: [0-9]* samples born, [0-9]* died)' &&
+     '$MEMLYZE' diff '$T/a.mlyze' '$T/b.mlyze' | head -1 | grep -q 'paired'"
+check "diff page: a snapshot with itself grows 0 ± 0" bash -c \
+    "curl -s '${URL}diff?a=2&b=2' | grep -q 'growth +0 B ± 0 B (95%; paired: 0 samples born, 0 died)'"
+check "diff page: two moments of the trace are paired" bash -c \
+    "curl -s '${URL}diff?a=0&ta=0.5&b=0&tb=2' | grep -q '(95%; paired: '"
 check "top: a site links to the flame graph zoomed to it" bash -c \
     "curl -s '${URL}top?f=2' | grep -q 'href=\"/flame?f=2#zoom=%5Eremember_request%20%5C%28server%5C.c%3A27%5C%29%24\"'"
 for p in "top?f=9:400" "top?f=x:400" "top:400" "nope:404" "top?f=0&t=abc:400" "timeline?f=1:400" \
