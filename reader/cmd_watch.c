@@ -39,8 +39,21 @@ typedef struct w_site {
     char label[2][256];       /* the innermost two frames */
     unsigned nlabel;
     est live, count;          /* now */
-    est base_live;            /* at the baseline */
+    est growth;               /* since the baseline, paired (set_baseline) */
+    int at_base;              /* had live samples at the baseline */
 } w_site;
+
+/* The baseline's samples. Every refresh reads the same sampling session, so
+ * a sample alive at the baseline and now is the same object in both and
+ * cancels: the growth is what was born since minus what died, with the
+ * variance of those samples alone, as memlyze diff pairs (pairdiff.h). */
+typedef struct w_base {
+    keymap *ix;               /* address, birth, size -> sample */
+    uint32_t *site;
+    double *w, *v;            /* weight in bytes and its variance term */
+    uint8_t *seen;
+    size_t n;
+} w_base;
 
 typedef struct watch {
     pid_t pid;
@@ -52,7 +65,8 @@ typedef struct watch {
     size_t nstack_site, cap_stack;
     mlz_live_heap heap;       /* the last read (the snapshot key writes it) */
     int have_heap;
-    est total, base_total;
+    est total, growth;
+    w_base base;
     double history[W_HISTORY];
     size_t nhistory;
     time_t base_time;
@@ -153,11 +167,92 @@ static int learn_stacks(watch *w, mlz_live_heap *h, char *err, size_t errlen)
 
 static void add_est(est *e, double v, double var) { e->value += v; e->var += var; }
 
-static void set_baseline(watch *w)
+static void base_free(w_base *b)
 {
-    for (size_t i = 0; i < w->nsites; i++) w->sites[i].base_live = w->sites[i].live;
-    w->base_total = w->total;
+    keymap_free(b->ix);
+    free(b->site);
+    free(b->w);
+    free(b->v);
+    free(b->seen);
+    memset(b, 0, sizeof *b);
+}
+
+/* The sample's key: its address, birth and size (an address reused by
+ * another object between two reads is a death and a birth). */
+static void obj_key(const mlz_live_obj *o, uint64_t k[3])
+{
+    k[0] = o->addr;
+    k[1] = o->time_ns;
+    k[2] = o->size;
+}
+
+static uint32_t site_of_obj(const watch *w, const mlz_live_heap *h, const mlz_live_obj *o)
+{
+    uint32_t k = stack_key(h, o->stack_id);
+    uint32_t at = keymap_find(w->stack_ix, &k, sizeof k);
+    return at == UINT32_MAX ? UINT32_MAX : w->stack_site[at];
+}
+
+/* The heap just read becomes the baseline: 0, or -1 out of memory. */
+static int set_baseline(watch *w)
+{
+    const mlz_live_heap *h = &w->heap;
+    w_base b = { keymap_new(), malloc((h->nobj + 1) * sizeof *b.site), malloc((h->nobj + 1) * sizeof *b.w),
+                 malloc((h->nobj + 1) * sizeof *b.v), calloc(h->nobj + 1, 1), 0 };
+    if (!b.ix || !b.site || !b.w || !b.v || !b.seen) { base_free(&b); return -1; }
+    uint64_t rate = h->rate ? h->rate : 1;
+    for (size_t i = 0; i < w->nsites; i++) {
+        w->sites[i].growth = (est){ 0, 0 };
+        w->sites[i].at_base = 0;
+    }
+    for (size_t i = 0; i < h->nobj; i++) {
+        const mlz_live_obj *o = &h->obj[i];
+        uint64_t k[3];
+        int added = 0;
+        obj_key(o, k);
+        uint32_t at = keymap_intern(b.ix, k, sizeof k, &added);
+        if (at == UINT32_MAX) { base_free(&b); return -1; }
+        if (!added) continue;          /* the same sample twice: not from one read */
+        uint64_t r = rate << o->rate_shift;
+        b.site[at] = site_of_obj(w, h, o);
+        b.w[at] = mlz_weight_bytes(o->size, r);
+        b.v[at] = mlz_var_bytes(o->size, r);
+        if (b.site[at] != UINT32_MAX) w->sites[b.site[at]].at_base = 1;
+        b.n = at + 1;
+    }
+    base_free(&w->base);
+    w->base = b;
+    w->growth = (est){ 0, 0 };
     w->base_time = time(NULL);
+    return 0;
+}
+
+/* Growth since the baseline, per site and in all, from the samples born
+ * since (in h only) and died since (at the baseline only). */
+static void pair_growth(watch *w, const mlz_live_heap *h)
+{
+    w_base *b = &w->base;
+    uint64_t rate = h->rate ? h->rate : 1;
+    for (size_t i = 0; i < w->nsites; i++) w->sites[i].growth = (est){ 0, 0 };
+    w->growth = (est){ 0, 0 };
+    memset(b->seen, 0, b->n);
+    for (size_t i = 0; i < h->nobj; i++) {
+        const mlz_live_obj *o = &h->obj[i];
+        uint64_t k[3];
+        obj_key(o, k);
+        uint32_t at = keymap_find(b->ix, k, sizeof k);
+        if (at != UINT32_MAX) { b->seen[at] = 1; continue; }
+        uint32_t site = site_of_obj(w, h, o);
+        uint64_t r = rate << o->rate_shift;
+        double wb = mlz_weight_bytes(o->size, r), vb = mlz_var_bytes(o->size, r);
+        if (site != UINT32_MAX) add_est(&w->sites[site].growth, wb, vb);
+        add_est(&w->growth, wb, vb);
+    }
+    for (size_t i = 0; i < b->n; i++) {
+        if (b->seen[i]) continue;
+        if (b->site[i] != UINT32_MAX) add_est(&w->sites[b->site[i]].growth, -b->w[i], b->v[i]);
+        add_est(&w->growth, -b->w[i], b->v[i]);
+    }
 }
 
 /* One refresh: 0; -2 when the target is gone or detached; -1 on error. */
@@ -183,10 +278,15 @@ static int refresh_once(watch *w, char *err, size_t errlen)
         add_est(&s->count, mlz_weight_count(size, rate), mlz_var_count(size, rate));
         add_est(&w->total, mlz_weight_bytes(size, rate), mlz_var_bytes(size, rate));
     }
+    int first = !w->have_heap;
     if (w->have_heap) mlz_live_free(&w->heap);
-    else set_baseline(w);
     w->heap = h;
     w->have_heap = 1;
+    if (first && set_baseline(w)) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    if (!first) pair_growth(w, &w->heap);
     if (w->nhistory == W_HISTORY) {
         memmove(w->history, w->history + 1, (W_HISTORY - 1) * sizeof w->history[0]);
         w->nhistory--;
@@ -197,7 +297,7 @@ static int refresh_once(watch *w, char *err, size_t errlen)
 
 static est growth_of(const w_site *s)
 {
-    return (est){ s->live.value - s->base_live.value, s->live.var + s->base_live.var };
+    return s->growth;
 }
 
 static watch *g_sorting;
@@ -221,7 +321,7 @@ static size_t sorted(watch *w)
 {
     size_t n = 0;
     for (size_t i = 0; i < w->nsites; i++)
-        if (w->sites[i].live.value > 0 || w->sites[i].base_live.value > 0) w->order[n++] = (uint32_t)i;
+        if (w->sites[i].live.value > 0 || w->sites[i].at_base) w->order[n++] = (uint32_t)i;
     g_sorting = w;
     qsort(w->order, n, sizeof *w->order, cmp_order);
     return n;
@@ -255,7 +355,7 @@ static const char *pad(const char *s, int cols, char *buf, size_t len)
 static void print_text(watch *w, long rows)
 {
     char a[64], b[64], c[96], d[96];
-    est g = { w->total.value - w->base_total.value, w->total.var + w->base_total.var };
+    est g = w->growth;
     time_t now = time(NULL);
     struct tm tm;
     localtime_r(&now, &tm);
@@ -285,7 +385,7 @@ static void print_json(watch *w, long rows)
     json_object_set_new(o, "samples", json_integer((json_int_t)w->heap.nobj));
     json_object_set_new(o, "live_bytes", json_real(w->total.value));
     json_object_set_new(o, "live_bytes_ci95", json_real(est_ci95(&w->total)));
-    est g = { w->total.value - w->base_total.value, w->total.var + w->base_total.var };
+    est g = w->growth;
     json_object_set_new(o, "growth_bytes", json_real(g.value));
     json_object_set_new(o, "growth_bytes_ci95", json_real(est_ci95(&g)));
     json_object_set_new(o, "since_s", json_integer((json_int_t)(time(NULL) - w->base_time)));
@@ -335,28 +435,35 @@ static void draw(watch *w, const char *msg, int utf8)
     int H, W;
     getmaxyx(stdscr, H, W);
     erase();
-    char a[64], b[64];
-    est g = { w->total.value - w->base_total.value, w->total.var + w->base_total.var };
+    char a[64], b[64], line[1024];
+    est g = w->growth;
+    /* Every line is cut at the width: a wrapped one would be drawn over by
+     * the next (a narrow terminal). */
+    int n0 = snprintf(line, sizeof line, "memlyze watch %d", (int)w->pid);
     attron(A_BOLD);
-    mvprintw(0, 0, "memlyze watch %d", (int)w->pid);
+    mvaddnstr(0, 0, line, W);
     attroff(A_BOLD);
-    if (sampled(w)) printw("  sampled every %s", cli_bytes((double)w->heap.rate, a, sizeof a));
-    else printw("  exact");
-    printw("  %zu samples", w->heap.nobj);
-    mvprintw(1, 0, "live %s", fmt_est(&w->total, 0, sampled(w), a, sizeof a));
-    printw("   growth %s in %lds", fmt_est(&g, 1, sampled(w), b, sizeof b), (long)(time(NULL) - w->base_time));
+    if (sampled(w)) snprintf(line, sizeof line, "  sampled every %s  %zu samples", cli_bytes((double)w->heap.rate, a, sizeof a),
+                             w->heap.nobj);
+    else snprintf(line, sizeof line, "  exact  %zu samples", w->heap.nobj);
+    if (W > n0) mvaddnstr(0, n0, line, W - n0);
+    snprintf(line, sizeof line, "live %s   growth %s in %lds", fmt_est(&w->total, 0, sampled(w), a, sizeof a),
+             fmt_est(&g, 1, sampled(w), b, sizeof b), (long)(time(NULL) - w->base_time));
+    mvaddnstr(1, 0, line, W);
     int sw = W - 2 > W_HISTORY ? W_HISTORY : W - 2;
     if (sw > 0) sparkline(w, 2, 0, sw, utf8);
     attron(A_REVERSE);
     mvprintw(3, 0, "%-*s", W, "");
-    mvprintw(3, 0, " %-19s %-20s %7s  site (sorted by %s)", "live (95%)", "growth (95%)", "count", sort_names[w->sort]);
+    snprintf(line, sizeof line, " %-19s %-20s %7s  site (sorted by %s)", "live (95%)", "growth (95%)", "count",
+             sort_names[w->sort]);
+    mvaddnstr(3, 0, line, W);
     attroff(A_REVERSE);
     size_t n = sorted(w);
     int rows = H - 6;
     for (int i = 0; i < rows && (size_t)i < n; i++) {
         w_site *s = &w->sites[w->order[i]];
         est gr = growth_of(s);
-        char line[1024], pa[96], pb[96];
+        char pa[96], pb[96];
         snprintf(line, sizeof line, " %s %s %7.0f  %s%s%s", pad(fmt_est(&s->live, 0, sampled(w), a, sizeof a), 19, pa, sizeof pa),
                  pad(fmt_est(&gr, 1, sampled(w), b, sizeof b), 20, pb, sizeof pb), s->count.value, s->label[0],
                  s->nlabel > 1 ? " <- " : "", s->nlabel > 1 ? s->label[1] : "");
@@ -421,7 +528,9 @@ static int run_screen(watch *w, double interval)
         case 'g': w->sort = SORT_GROWTH; break;
         case 'c': w->sort = SORT_COUNT; break;
         case '\t': w->sort = (enum w_sort)((w->sort + 1) % 3); break;
-        case 'r': set_baseline(w); snprintf(msg, sizeof msg, "baseline reset"); break;
+        case 'r':
+            snprintf(msg, sizeof msg, "%s", set_baseline(w) ? "out of memory: baseline kept" : "baseline reset");
+            break;
         case 's': {
             char name[64];
             if (mlz_live_write_new(&w->heap, 0, name, sizeof name, err, sizeof err))
@@ -520,6 +629,7 @@ out:
     if (w.have_heap) mlz_live_free(&w.heap);
     keymap_free(w.site_ix);
     keymap_free(w.stack_ix);
+    base_free(&w.base);
     free(w.sites);
     free(w.order);
     free(w.stack_site);

@@ -107,6 +107,8 @@ assert len(rows) == 4, rows
 assert rows[-1]['sites'][0]['frames'][0].startswith('remember_request'), rows[-1]
 assert rows[-1]['live_bytes'] > 0 and rows[-1]['live_bytes_ci95'] > 0
 assert rows[-1]['growth_bytes'] > 0
+# The first refresh is the baseline itself: paired, nothing born or died.
+assert rows[0]['growth_bytes'] == 0 and rows[0]['growth_bytes_ci95'] == 0, rows[0]
 "
 
 # Detached: the watch ends cleanly.
@@ -119,8 +121,17 @@ wait "$WPID"; rc=$?
 check "detached: watch exits 0 saying so" bash -c "[ $rc -eq 0 ] && grep -q 'stopped watching' '$T/detach.txt'"
 kill "$SPID"; wait "$SPID" 2>/dev/null; SPID=
 
-# A tiny terminal: still drawn, no crash.
+# A tiny terminal: still drawn, no crash; lines cut at the width, so none
+# wraps onto the sparkline or the table below it.
 start_server
+TM new-session -d -s n -x 40 -y 10 -c "$T" "'$MEMLYZE' watch -i 0.2 $SPID; sleep 60"
+sleep 1.5
+TM capture-pane -p -t n > "$T/narrow.txt"
+TM kill-session -t n
+check "40 columns: the growth line ends on its own row, the sparkline row holds no text" bash -c \
+    "sed -n 2p '$T/narrow.txt' | grep -q '^live ' && ! sed -n 3p '$T/narrow.txt' | grep -q '[A-Za-z]' &&
+     ! sed -n '3,\$p' '$T/narrow.txt' | grep -q ' in [0-9]*s'"
+
 TM new-session -d -s w -x 30 -y 6 -c "$T" "'$MEMLYZE' watch -i 0.2 $SPID; echo WATCH-EXITED-\$?; sleep 60"
 sleep 1
 TM resize-window -t w -x 80 -y 24 2>/dev/null
