@@ -5,7 +5,7 @@
  * "Search" (a regular expression; also Ctrl-F or /, #search=RE in the URL)
  * highlights matching frames and shows the share they cover, hovering
  * shows a frame's estimate and interval at the bottom; #zoom=RE in the URL
- * opens zoomed into the widest matching frame.
+ * opens zoomed into the widest matching frame, #path=A/B/C into that one.
  *
  * The script reads what fg_write puts in the markup: the <svg id="mlzfg">
  * with data-width, data-pad and data-fs (font size), and one <g class="f">
@@ -125,15 +125,32 @@ const char fg_script[] =
     "    if ((e.ctrlKey && (e.key === 'f' || e.key === 'F')) || e.key === '/') { e.preventDefault(); ask(); }\n"
     "  });\n"
     "  /* Links can open a view: #search=RE highlights, #zoom=RE zooms into the\n"
-    "     widest frame whose label matches. */\n"
+    "     widest frame whose label matches, #path=A/B/C (labels from the root,\n"
+    "     each URI-encoded) into that very frame: one site of a function that\n"
+    "     several callers share. A path that runs out zooms as far as it got. */\n"
     "  var h = /[#&]search=([^&]*)/.exec(window.location.hash);\n"
     "  if (h) search(decodeURIComponent(h[1]));\n"
-    "  h = /[#&]zoom=([^&]*)/.exec(window.location.hash);\n"
+    "  var at = null;\n"
+    "  h = /[#&]path=([^&]*)/.exec(window.location.hash);\n"
     "  if (h) {\n"
-    "    var re, best = null;\n"
+    "    var parts = h[1].split('/'), span = { x: 0, w: 1, d: 0 };\n"
+    "    for (var p = 0; p < parts.length; p++) {\n"
+    "      var name = decodeURIComponent(parts[p]), next = null;\n"
+    "      for (k = 0; k < info.length && !next; k++) {\n"
+    "        var c = info[k];\n"
+    "        if (c.d === span.d + 1 && c.n === name && c.x >= span.x - EPS && c.x + c.w <= span.x + span.w + EPS) next = c;\n"
+    "      }\n"
+    "      if (!next) break;\n"
+    "      span = next;\n"
+    "    }\n"
+    "    if (span.d > 0) at = span;\n"
+    "  }\n"
+    "  h = /[#&]zoom=([^&]*)/.exec(window.location.hash);\n"
+    "  if (h && !at) {\n"
+    "    var re;\n"
     "    try { re = new RegExp(decodeURIComponent(h[1])); } catch (err) { re = null; }\n"
     "    for (k = 0; re && k < info.length; k++)\n"
-    "      if (re.test(info[k].n) && (!best || info[k].w > best.w)) best = info[k];\n"
-    "    if (best) zoom(best);\n"
+    "      if (re.test(info[k].n) && (!at || info[k].w > at.w)) at = info[k];\n"
     "  }\n"
+    "  if (at) zoom(at);\n"
     "})();\n";

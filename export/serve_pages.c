@@ -59,6 +59,23 @@ static void zoom_fragment(FILE *f, const char *label)
     free(re);
 }
 
+/* &path=A/B/C: the site's frames from the outermost, each URL-encoded
+ * ('/' too), so that the flame graph zooms into this site's own frame even
+ * when other callers reach the same function (flamegraph_page.c). */
+static void path_fragment(FILE *f, const mlz_meta *m, const mlz_stack *st)
+{
+    char label[1024];
+    size_t k = strlen(" [inlined]");
+    fputs("&amp;path=", f);
+    for (uint32_t j = st->depth; j-- > 0;) {
+        prof_frame_label(m, &st->frames[j], label, sizeof label);
+        size_t n = strlen(label);
+        if (n >= k && !strcmp(label + n - k, " [inlined]")) label[n - k] = 0;
+        sv_url(f, label);
+        if (j) fputc('/', f);
+    }
+}
+
 /* "?f=N" or "?f=N&t=T" (the view's moment), for links. */
 static void view_query(FILE *f, const char *key, int ix, const char *tkey, const char *t)
 {
@@ -217,6 +234,7 @@ int sv_top(FILE *f, const sv_state *s, const sv_view *v)
             fputs("<a class=\"sitelink\" href=\"/flame?", f);
             view_query(f, "f", v->f, "t", v->t);
             zoom_fragment(f, label);
+            path_fragment(f, p->meta, st);
             fputs("\">", f);
             sv_html(f, label);
             fputs("</a>", f);

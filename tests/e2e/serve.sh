@@ -89,8 +89,8 @@ check "diff page: a snapshot with itself grows 0 ± 0" bash -c \
     "curl -s '${URL}diff?a=2&b=2' | grep -q 'growth +0 B ± 0 B (95%; paired: 0 samples born, 0 died)'"
 check "diff page: two moments of the trace are paired" bash -c \
     "curl -s '${URL}diff?a=0&ta=0.5&b=0&tb=2' | grep -q '(95%; paired: '"
-check "top: a site links to the flame graph zoomed to it" bash -c \
-    "curl -s '${URL}top?f=2' | grep -q 'href=\"/flame?f=2#zoom=%5Eremember_request%20%5C%28server%5C.c%3A27%5C%29%24\"'"
+check "top: a site links to the flame graph zoomed to it, by its label and by its own path" bash -c \
+    "curl -s '${URL}top?f=2' | grep -q 'href=\"/flame?f=2#zoom=%5Eremember_request%20%5C%28server%5C.c%3A27%5C%29%24&amp;path=[^\"]*/worker%20%28server.c%3A68%29/remember_request%20%28server.c%3A27%29\"'"
 for p in "top?f=9:400" "top?f=x:400" "top:400" "nope:404" "top?f=0&t=abc:400" "timeline?f=1:400" \
          "flame?f=1&base=7:400" "diff?a=1:400" "top?f=0&t=-5:400"; do
     check "error page /${p%:*}: ${p##*:}" bash -c "[ \$(curl -s -o '$T/e' -w '%{http_code}' '$URL${p%:*}') = ${p##*:} ] && grep -q 'id=\"error\"' '$T/e'"

@@ -166,6 +166,21 @@ def main():
         check('browser: the leak frame is zoomed to full width', z['leak'] > z['width'] - 2 * 10 - 1, z)
         check('browser: frames outside the zoom are hidden', z['hidden'] > 0 and z['other'] in ('none', 'absent'), z)
         c.screenshot(os.path.join(out, 'flame.png'))
+        # The link's #path alone (no #zoom): the frame found by walking its
+        # labels from the root, the way a site whose function several
+        # callers share is told apart.
+        path = loc[loc.index('path='):]
+        c.goto('%s/top?f=%d' % (base, b))     # not a same-page fragment change: a load
+        c.goto('%s/flame?f=%d#%s' % (base, b, path))
+        zp = c.eval("""(function(){
+            var g = document.querySelectorAll('g.f');
+            for (var i = 0; i < g.length; i++)
+              if (g[i].getAttribute('data-n') === 'remember_request (server.c:27)')
+                return +g[i].querySelector('rect').getAttribute('width');
+            return -1; })()""")
+        check('browser: #path alone zooms to that frame', zp > z['width'] - 2 * 10 - 1, zp)
+        c.goto('%s/top?f=%d' % (base, b))
+        c.click('#top a.sitelink')
 
         # 3. The navigation's diff with the previous profile (A -> B).
         c.click('#nav-diff')
