@@ -75,7 +75,7 @@ static int parse_hook(char *arg, hook_arg *h)
     h->symbol = arg;
     h->kind = eq + 1;
     for (size_t i = 0; i < sizeof hook_kinds / sizeof *hook_kinds; i++)
-        if (!strcmp(h->kind, hook_kinds[i])) return strlen(h->symbol) < 64 ? 0 : -1;
+        if (!strcmp(h->kind, hook_kinds[i])) return strlen(h->symbol) < MEMLYZE_HOOK_NAME_MAX ? 0 : -2;
     return -1;
 }
 
@@ -97,7 +97,7 @@ static int resolve_hooks(pid_t pid, hook_arg *h, int n)
             mlz_proc_sym s;
             if (mods[i].path[0] != '/' || mlz_proc_is_payload(mods[i].path)) continue;
             int e = mlz_proc_func(pid, &mods[i], h[k].symbol, &s);
-            if (e == MLZ_PROC_EAMBIG) {
+            if (e == MLZ_PROC_EAMBIG || e == MLZ_PROC_EENTRY) {
                 mlz__err("--hook %s: %s", h[k].symbol, mlz_proc_error());
                 rc = MLZ_INJ_EREFUSE;
             } else if (e == 0 && where && s.addr != h[k].addr) {
@@ -170,8 +170,11 @@ static int parse_args(int argc, char **argv, attach_args *a, int *exit_code)
         case O_SEED: if (parse_bytes(optarg, &a->seed)) return *exit_code = die_usage("bad --seed"), -1; break;
         case O_HOOK:
             if (a->nhooks == MAX_HOOKS) return *exit_code = die_usage("at most 16 --hook"), -1;
-            if (parse_hook(optarg, &a->hooks[a->nhooks++]))
-                return *exit_code = die_usage("--hook takes SYMBOL=KIND, KIND one of " MEMLYZE_HOOK_KINDS_TEXT), -1;
+            switch (parse_hook(optarg, &a->hooks[a->nhooks++])) {
+            case 0: break;
+            case -2: return *exit_code = die_usage("--hook: a SYMBOL of at most 255 characters"), -1;
+            default: return *exit_code = die_usage("--hook takes SYMBOL=KIND, KIND one of " MEMLYZE_HOOK_KINDS_TEXT), -1;
+            }
             break;
         case 'h': fputs(usage, stdout); return -1;
         default: return *exit_code = die_usage("bad option"), -1;

@@ -21,6 +21,7 @@
 #include "gotpatch.h"
 #include "mlz_format.h"
 #include "modtab.h"
+#include "info.h"
 #include "inline_sites.h"
 
 #include <dlfcn.h>
@@ -55,7 +56,9 @@ static mlz_got_hook hooks[NHOOKS + MLZ_NAMED_HOOKS] = {
     { .name = "dlopen", .hook = (void *)hook_dlopen },
     { .name = "dlclose", .hook = (void *)hook_dlclose },
 };
-static char named_names[MLZ_NAMED_HOOKS][64];
+static char named_names[MLZ_NAMED_HOOKS][MEMLYZE_HOOK_NAME_MAX];
+static int named_kind[MLZ_NAMED_HOOKS];
+static const char *missing_hook;              /* the --hook symbol an attach did not find */
 static size_t nnamed;
 
 static int got_ready;                 /* mlz_got_init done */
@@ -100,6 +103,9 @@ static int add_named(const char *name, size_t len, int kind, uintptr_t fn, size_
     if (len == 0 || len >= sizeof named_names[0]) return -EINVAL;
     for (size_t k = 0; k < nnamed; k++)
         if (strlen(named_names[k]) == len && !memcmp(named_names[k], name, len)) {
+            /* Its hook (and an inline hook's relay to it) was made for the
+             * first kind, and stays for the process's life. */
+            if (kind != named_kind[k]) return -EEXIST;
             mlz_got_hook *h = &hooks[NHOOKS + k];
             if (fn) h->fn = fn, h->fn_size = size;
             h->flags |= flags;
@@ -108,6 +114,7 @@ static int add_named(const char *name, size_t len, int kind, uintptr_t fn, size_
     if (nnamed == MLZ_NAMED_HOOKS) return -ENOSPC;
     memcpy(named_names[nnamed], name, len);
     named_names[nnamed][len] = 0;
+    named_kind[nnamed] = kind;
     hooks[NHOOKS + nnamed] = (mlz_got_hook){ .name = named_names[nnamed], .hook = mlz__named_hook((int)nnamed, kind),
                                              .fn = fn, .fn_size = size, .flags = flags };
     nnamed++;
@@ -274,7 +281,10 @@ static int got_attach(void)
     }
     if (inline_wanted) mlz_got_inline_prepare();   /* hooks[i].real becomes the trampoline */
     for (size_t k = 0; k < nnamed; k++)   /* a --hook symbol the process lacks (a family may come and go) */
-        if (!hooks[NHOOKS + k].real && (hooks[NHOOKS + k].flags & MLZ_GOT_HOOK_INLINE)) return -ESRCH;
+        if (!hooks[NHOOKS + k].real && (hooks[NHOOKS + k].flags & MLZ_GOT_HOOK_INLINE)) {
+            missing_hook = named_names[k];
+            return -ESRCH;
+        }
     mlz_real_fns r = {
         hooks[H_MALLOC].real, hooks[H_FREE].real, hooks[H_CALLOC].real, hooks[H_REALLOC].real,
         hooks[H_POSIX_MEMALIGN].real, hooks[H_ALIGNED_ALLOC].real, hooks[H_MEMALIGN].real,
@@ -384,6 +394,7 @@ MLZ_EXPORT const char *memlyze_strerror(int code)
     case -ENOENT: return "memlyze is not attached to this process";
     case -EINVAL: return "bad configuration string";
     case -ENAMETOOLONG: return "spool path too long";
+    case -EEXIST: return "a --hook names a function hooked as another KIND by an earlier attach (a process keeps the first)";
     case -ENOSYS: return "cannot find the process's allocation functions";
     case -EIO: return "cannot set up the profiler or open its spool file";
     case -EPERM: return "some GOT slots could not be written or restored";
@@ -428,8 +439,15 @@ __attribute__((constructor)) static void got_mode_from_env(void)
     int e = got_attach();
     if (e) {
         /* One line, built without the allocator we could not hook. */
-        char msg[256];
+        char msg[512], named[MEMLYZE_HOOK_NAME_MAX + 64];
         const char *why = memlyze_strerror(e);
+        if (e == -ESRCH && missing_hook) {
+            size_t m = strlen(missing_hook);
+            memcpy(named, "--hook ", 7);
+            memcpy(named + 7, missing_hook, m);
+            memcpy(named + 7 + m, ": no function of that name in the process", 42);
+            why = named;
+        }
         size_t n = 0;
         static const char a[] = "memlyze: cannot start in GOT mode (", b[] = "); allocations pass through untracked\n";
         memcpy(msg, a, sizeof a - 1), n = sizeof a - 1;

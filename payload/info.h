@@ -57,6 +57,7 @@
 #define MEMLYZE_HOOK_KINDS { "malloc", "free", "calloc", "realloc", "memalign", "aligned_alloc", "posix_memalign" }
 #define MEMLYZE_HOOK_KINDS_TEXT "malloc, free, calloc, realloc, memalign, aligned_alloc, posix_memalign"
 #define MEMLYZE_NAMED_HOOKS_MAX 16
+#define MEMLYZE_HOOK_NAME_MAX 256     /* a --hook symbol's bytes, its NUL included (C++ names are long) */
 
 /* A heap-map entry's entry_tid_shift word: the thread id in its low 24
  * bits (Linux keeps tids below 2^22), and in the top 8 the shift of the

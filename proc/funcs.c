@@ -38,6 +38,31 @@ static int find_in(Elf *e, Elf64_Word t, const char *name, uint64_t *value, uint
     return found;
 }
 
+/* The name of a symbol (not a section's or file's, not value itself)
+ * whose value lies in (value, value + span), or NULL. */
+static const char *symbol_inside(Elf *e, uint64_t value, uint64_t span, uint64_t *off)
+{
+    Elf_Scn *scn = NULL;
+    while ((scn = elf_nextscn(e, scn))) {
+        GElf_Shdr sh;
+        if (!gelf_getshdr(scn, &sh) || (sh.sh_type != SHT_SYMTAB && sh.sh_type != SHT_DYNSYM) || !sh.sh_entsize) continue;
+        Elf_Data *d = elf_getdata(scn, NULL);
+        for (size_t i = 0; d && i < sh.sh_size / sh.sh_entsize; i++) {
+            GElf_Sym s;
+            int t;
+            if (!gelf_getsym(d, (int)i, &s) || s.st_shndx == SHN_UNDEF || s.st_shndx == SHN_ABS ||
+                (t = GELF_ST_TYPE(s.st_info)) == STT_SECTION || t == STT_FILE)
+                continue;
+            if (s.st_value > value && s.st_value < value + span) {
+                const char *nm = elf_strptr(e, sh.sh_link, s.st_name);
+                *off = s.st_value - value;
+                return nm && *nm ? nm : "(unnamed)";
+            }
+        }
+    }
+    return NULL;
+}
+
 int mlz_proc_elf_func(int fd, const char *name, uint64_t *value, uint64_t *size)
 {
     if (elf_version(EV_CURRENT) == EV_NONE) return mlz__proc_fail(MLZ_PROC_EELF, "libelf: %s", elf_errmsg(-1));
@@ -45,8 +70,17 @@ int mlz_proc_elf_func(int fd, const char *name, uint64_t *value, uint64_t *size)
     if (!e) return mlz__proc_fail(MLZ_PROC_EELF, "not an ELF file: %s", elf_errmsg(-1));
     int rc = find_in(e, SHT_SYMTAB, name, value, size);
     if (rc == 0) rc = find_in(e, SHT_DYNSYM, name, value, size);
+    uint64_t off = 0;
+    /* Within the function: what follows it is another one, and a jump moves
+     * no byte past the end of its function (relocate.c). */
+    uint64_t span = rc == 1 && *size && *size < MLZ_PROC_ENTRY_SPAN ? *size : MLZ_PROC_ENTRY_SPAN;
+    const char *inside = rc == 1 ? symbol_inside(e, *value, span, &off) : NULL;
+    if (inside)
+        mlz__proc_fail(MLZ_PROC_EENTRY, "symbol %s lies %llu bytes into %s, in the bytes an inline hook moves: "
+                       "code elsewhere may jump there", inside, (unsigned long long)off, name);
     elf_end(e);
     if (rc == MLZ_PROC_EAMBIG) return mlz__proc_fail(rc, "%s names several functions", name);
+    if (inside) return MLZ_PROC_EENTRY;
     return rc == 1 ? 0 : mlz__proc_fail(MLZ_PROC_ENOENT, "no function %s", name);
 }
 

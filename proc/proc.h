@@ -27,6 +27,7 @@ enum {
     MLZ_PROC_EELF = -3,      /* a module that is no ELF image we can read */
     MLZ_PROC_ENOMEM = -4,
     MLZ_PROC_EAMBIG = -5,    /* a name with several different definitions */
+    MLZ_PROC_EENTRY = -6,    /* another symbol inside a function's first bytes */
 };
 
 /* The cause of the last failure in this thread ("" if none). */
@@ -84,8 +85,11 @@ typedef struct mlz_proc_sym {
 int  mlz_proc_syms(pid_t pid, const mlz_proc_module *m, const char *const *names, mlz_proc_sym *out, int n);
 /* ---- funcs.c: a function by name (--hook), local functions too */
 /* In the ELF file fd: .symtab first, else .dynsym. Its link-time value and
- * size; 0, MLZ_PROC_ENOENT, or MLZ_PROC_EAMBIG (two static functions of
- * that name). */
+ * size; 0, MLZ_PROC_ENOENT, MLZ_PROC_EAMBIG (two static functions of that
+ * name), or MLZ_PROC_EENTRY: another symbol lies in its first
+ * MLZ_PROC_ENTRY_SPAN bytes (and inside it), which an inline hook moves
+ * (code elsewhere may jump there). */
+#define MLZ_PROC_ENTRY_SPAN 20
 int  mlz_proc_elf_func(int fd, const char *name, uint64_t *value, uint64_t *size);
 /* The same in a loaded module: runtime address and size in *out. */
 int  mlz_proc_func(pid_t pid, const mlz_proc_module *m, const char *name, mlz_proc_sym *out);

@@ -274,16 +274,18 @@ static int add_hook(const char *arg, const char *prog, char *spec, size_t cap)
     const char *eq = strrchr(arg, '=');
     size_t k = 0, nk = sizeof hook_kinds / sizeof *hook_kinds;
     while (eq && k < nk && strcmp(eq + 1, hook_kinds[k])) k++;
-    if (!eq || eq == arg || k == nk || eq - arg >= 64 || strpbrk(arg, ":,"))
+    if (!eq || eq == arg || k == nk || strpbrk(arg, ":,"))
         return cli_usage_error(&cmd_run, "--hook takes SYMBOL=KIND, KIND one of " MEMLYZE_HOOK_KINDS_TEXT);
-    char sym[64], path[PATH_MAX];
+    if (eq - arg >= MEMLYZE_HOOK_NAME_MAX) return cli_usage_error(&cmd_run, "--hook: a SYMBOL of at most 255 characters");
+    char sym[MEMLYZE_HOOK_NAME_MAX], path[PATH_MAX];
     snprintf(sym, sizeof sym, "%.*s", (int)(eq - arg), arg);
     uint64_t value = 0, size = 0;
     int fd = prog_path(prog, path, sizeof path) ? -1 : open(path, O_RDONLY | O_CLOEXEC), found = 0;
     if (fd >= 0) {
         int e = mlz_proc_elf_func(fd, sym, &value, &size);
         close(fd);
-        if (e == MLZ_PROC_EAMBIG) return cli_error("run", "--hook %s: %s in %s", sym, mlz_proc_error(), path);
+        if (e == MLZ_PROC_EAMBIG || e == MLZ_PROC_EENTRY)
+            return cli_error("run", "--hook %s: %s in %s", sym, mlz_proc_error(), path);
         found = e == 0;
     }
     size_t n = strlen(spec);
