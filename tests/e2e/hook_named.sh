@@ -90,8 +90,8 @@ check "detach" "$DETACH" -q $P
 exec {W}>&-
 wait $P; P=
 out=$("$MEMLYZE" run --hook no_such_fn=malloc -- "$T/pool" < /dev/null 2>&1)
-check "run --hook of a missing function: the payload says so in one line" \
-    bash -c "grep -q 'cannot start in GOT mode (a function named by --hook is not defined in the process)' <<<\"\$0\"" "$out"
+check "run --hook of a missing function: the payload says so in one line, naming it" \
+    bash -c "grep -q 'cannot start in GOT mode (--hook no_such_fn: no function of that name in the process)' <<<\"\$0\"" "$out"
 # 4. A prefixed family, found without --hook.
 MI=/usr/lib/x86_64-linux-gnu/libmimalloc.so.2
 if [ -f "$MI" ]; then
