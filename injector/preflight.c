@@ -9,7 +9,6 @@
 #include "injector.h"
 #include "info.h"
 
-#include <dirent.h>
 #include <elf.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -67,28 +66,20 @@ static int read_status(mlz_target *t, int *tracer, char *state)
     return 0;
 }
 
-/* The tracer of the first thread that has one (0 if none); the thread in *tid. */
-static int thread_tracer(pid_t pid, pid_t *tid)
+/* A thread with a tracer of its own (strace -p TID follows one thread):
+ * its tracer's pid in *arg. */
+static int traced(pid_t pid, pid_t tid, void *arg)
 {
     char path[96], line[256];
-    snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
-    DIR *d = opendir(path);
-    if (!d) return 0;
     int tracer = 0;
-    struct dirent *e;
-    while (!tracer && (e = readdir(d))) {
-        pid_t t = (pid_t)atoi(e->d_name);
-        if (t <= 0 || t == pid) continue;
-        snprintf(path, sizeof path, "/proc/%d/task/%d/status", (int)pid, (int)t);
-        FILE *f = fopen(path, "r");
-        if (!f) continue;
-        while (fgets(line, sizeof line, f))
-            if (sscanf(line, "TracerPid: %d", &tracer) == 1) break;
-        fclose(f);
-        if (tracer) *tid = t;
-    }
-    closedir(d);
-    return tracer;
+    snprintf(path, sizeof path, "/proc/%d/task/%d/status", (int)pid, (int)tid);
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "TracerPid: %d", &tracer) == 1) break;
+    fclose(f);
+    *(int *)arg = tracer;
+    return tracer != 0;
 }
 
 static void comm_of(pid_t pid, char *buf, size_t cap)
@@ -185,12 +176,15 @@ static int preflight_once(pid_t pid, int flags, mlz_target *t)
         mlz__err("process %d (%s) is a zombie: it has exited", (int)pid, t->comm);
         return MLZ_INJ_EGONE;
     }
-    pid_t traced = pid;
-    if (!tracer) tracer = thread_tracer(pid, &traced);   /* strace -p TID follows one thread */
+    pid_t traced_tid = pid;
+    if (!tracer) {
+        pid_t t = mlz_proc_task_find(pid, traced, &tracer);
+        if (t) traced_tid = t;
+    }
     if (tracer) {
         char who[64], thr[48] = "";
         comm_of(tracer, who, sizeof who);
-        if (traced != pid) snprintf(thr, sizeof thr, " (its thread %d)", (int)traced);
+        if (traced_tid != pid) snprintf(thr, sizeof thr, " (its thread %d)", (int)traced_tid);
         mlz__err("process %d (%s)%s is already traced by %d (%s): detach that debugger first",
                  (int)pid, t->comm, thr, tracer, who[0] ? who : "?");
         return MLZ_INJ_EREFUSE;

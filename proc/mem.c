@@ -43,21 +43,31 @@ static int gone_thread(pid_t pid, pid_t tid)
     return !p || p[1] != ' ' || p[2] == 'Z' || p[2] == 'X';
 }
 
-pid_t mlz_proc_live_tid(pid_t pid)
+pid_t mlz_proc_task_find(pid_t pid, int (*pick)(pid_t pid, pid_t tid, void *arg), void *arg)
 {
-    if (!gone_thread(pid, pid)) return pid;
     char path[64];
     snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
     DIR *d = opendir(path);
     if (!d) return 0;
-    pid_t live = 0;
+    pid_t found = 0;
     struct dirent *e;
-    while (!live && (e = readdir(d))) {
+    while (!found && (e = readdir(d))) {
         pid_t tid = (pid_t)atoi(e->d_name);
-        if (tid > 0 && tid != pid && !gone_thread(pid, tid)) live = tid;
+        if (tid > 0 && tid != pid && pick(pid, tid, arg)) found = tid;
     }
     closedir(d);
-    return live;
+    return found;
+}
+
+static int running(pid_t pid, pid_t tid, void *arg)
+{
+    (void)arg;
+    return !gone_thread(pid, tid);
+}
+
+pid_t mlz_proc_live_tid(pid_t pid)
+{
+    return gone_thread(pid, pid) ? mlz_proc_task_find(pid, running, NULL) : pid;
 }
 
 int mlz_proc_read(pid_t pid, uint64_t addr, void *buf, size_t len)

@@ -43,6 +43,9 @@ int mlz_proc_read(pid_t pid, uint64_t addr, void *buf, size_t len);
  * on) /proc/PID/maps is empty and reads through pid fail, so a thread still
  * running; 0 if there is none. */
 pid_t mlz_proc_live_tid(pid_t pid);
+/* The first thread of pid, the main one left out, that pick() accepts; 0
+ * if none (or the process is gone). */
+pid_t mlz_proc_task_find(pid_t pid, int (*pick)(pid_t pid, pid_t tid, void *arg), void *arg);
 
 /* ---- maps.c: the modules a process mapped */
 typedef struct mlz_proc_module {
