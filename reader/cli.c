@@ -74,6 +74,13 @@ const char *cli_bytes(double b, char *buf, size_t len)
     return buf;
 }
 
+char *cli_text(char *s)
+{
+    for (unsigned char *p = (unsigned char *)s; *p; p++)
+        if (*p < 0x20 || *p == 0x7f) *p = '?';
+    return s;
+}
+
 long long cli_parse_size(const char *s)
 {
     char *end;

@@ -28,6 +28,10 @@ int  cli_wants_help(const mlz_command *c, int argc, char **argv);
 mlz_reader *cli_open(const char *cmd, const char *path, unsigned flags);
 /* Prints an error from the reader as one line naming file, rule and offset. */
 void cli_print_format_error(const char *cmd, const char *path, const mlz_error *e);
+/* A name from a trace made fit for a terminal: s with every control
+ * character (a newline, an escape sequence's ESC) replaced by '?', in
+ * place. JSON and HTML outputs escape names instead and keep them exact. */
+char *cli_text(char *s);
 /* Human-readable bytes: "1.5 MiB". */
 const char *cli_bytes(double bytes, char *buf, size_t len);
 /* A point in a recording: seconds since its start ("12.5") or an absolute

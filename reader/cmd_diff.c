@@ -258,8 +258,9 @@ static int run(int argc, char **argv)
             growth_cell(d, cell, sizeof cell);
             int w = 36 + (strstr(cell, "\xc2\xb1") != NULL);   /* ± is two bytes, one column */
             printf("%4zu  %-*s %11s %11s  %s\n", i + 1, w, cell, cli_bytes(d->a, b3, sizeof b3),
-                   cli_bytes(d->b, b4, sizeof b4), d->nframes ? d->frames[0] : "(no frames)");
-            for (unsigned j = 1; j < d->nframes; j++) printf("%4s  %-36s %11s %11s    <- %s\n", "", "", "", "", d->frames[j]);
+                   cli_bytes(d->b, b4, sizeof b4), d->nframes ? cli_text(d->frames[0]) : "(no frames)");
+            for (unsigned j = 1; j < d->nframes; j++)
+                printf("%4s  %-36s %11s %11s    <- %s\n", "", "", "", "", cli_text(d->frames[j]));
         }
         if (!t.n) printf("(no allocation sites)\n");
     }

@@ -112,10 +112,10 @@ static int report(const mlz_command *cmd, int temp, int argc, char **argv)
                      cli_bytes(1.96 * sqrt(metric(s)->var), b2, sizeof b2));
             prof_frame_name(p.meta, &s->stack->frames[0], fr, sizeof fr);
             printf("%4zu  %-27s %9.0f  %s\n", i + 1, cell, temp ? s->temp_count.value : s->old_count.value,
-                   s->stack->depth ? fr : "(no frames)");
+                   s->stack->depth ? cli_text(fr) : "(no frames)");
             for (uint32_t j = 1; j < s->stack->depth && j < 4; j++) {
                 prof_frame_name(p.meta, &s->stack->frames[j], fr, sizeof fr);
-                printf("%4s  %-26s %9s    <- %s\n", "", "", "", fr);
+                printf("%4s  %-26s %9s    <- %s\n", "", "", "", cli_text(fr));
             }
         }
         if (!k) printf("(none)\n");

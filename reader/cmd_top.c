@@ -193,12 +193,13 @@ static void print_site(const top_args *a, const prof *p, const top_rank *t, size
     const mlz_stack *st = s->stack;
     if (st->depth) prof_frame_name(p->meta, &st->frames[0], fr, sizeof fr);
     else snprintf(fr, sizeof fr, "(no frames)");
+    cli_text(fr);
     /* The +1 accounts for the 2-byte UTF-8 plus-minus sign in cell. */
     printf("%4zu  %-*s %5.1f%%  %9s  %7llu  %s\n", rank, 28 + (ci[0] ? 1 : 0), cell,
            t->total > 0 ? 100.0 * key_of(s) / t->total : 0.0, other, (unsigned long long)s->samples, fr);
     for (uint32_t j = 1; j < st->depth && j < (uint32_t)a->frames; j++) {
         prof_frame_name(p->meta, &st->frames[j], fr, sizeof fr);
-        printf("%4s  %-28s %6s  %9s  %7s    <- %s\n", "", "", "", "", "", fr);
+        printf("%4s  %-28s %6s  %9s  %7s    <- %s\n", "", "", "", "", "", cli_text(fr));
     }
 }
 

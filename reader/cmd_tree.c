@@ -60,9 +60,10 @@ static void print(const tree *t, int at, int depth, double total)
     for (int i = 0; i < nk; i++) {
         const node *k = &t->v[kids[i]];
         if (k->incl < g_min * total || depth >= g_depth) { hidden++; continue; }
-        char b1[32], b2[32];
+        char b1[32], b2[32], name[512];   /* as long as the names made below */
+        snprintf(name, sizeof name, "%s", k->name);
         printf("%10s %10s %5.1f%%  %*s%s\n", cli_bytes(k->incl, b1, sizeof b1), cli_bytes(k->self, b2, sizeof b2),
-               total > 0 ? 100 * k->incl / total : 0.0, 2 * depth, "", k->name);
+               total > 0 ? 100 * k->incl / total : 0.0, 2 * depth, "", cli_text(name));
         print(t, kids[i], depth + 1, total);
     }
     if (hidden) printf("%10s %10s %6s  %*s(%d more below the cut)\n", "", "", "", 2 * depth, "", hidden);

@@ -368,8 +368,10 @@ static void print_text(watch *w, long rows)
     for (size_t i = 0; i < n && (long)i < rows; i++) {
         w_site *s = &w->sites[w->order[i]];
         est gr = growth_of(s);
+        char label[sizeof s->label[0]];
+        snprintf(label, sizeof label, "%s", s->label[0]);
         printf("  %s %s %9.0f  %s\n", pad(fmt_est(&s->live, 0, sampled(w), a, sizeof a), 20, c, sizeof c),
-               pad(fmt_est(&gr, 1, sampled(w), b, sizeof b), 21, d, sizeof d), s->count.value, s->label[0]);
+               pad(fmt_est(&gr, 1, sampled(w), b, sizeof b), 21, d, sizeof d), s->count.value, cli_text(label));
     }
     fflush(stdout);
 }

@@ -72,6 +72,16 @@ for a in "top --at nan" "top --at inf" "top --at 1e20" "diff --from nan --to 1" 
          "tree --min-share 101" "leaks --age nan" "leaks --age 1e14" "temporary --within inf"; do
     check "$a exits 2" bash -c "'$MEMLYZE' $a '$T/trace.mlyze' >/dev/null 2>&1; [ \$? -eq 2 ]"
 done
+# A function name with an escape sequence and a newline (a hostile binary):
+# text reports print '?' for control characters, JSON keeps the name exact.
+sed 's/"0":"main"/"0":"ma\\\\u001b[31min\\\\nx"/' "$SEEDS/trace.txt" > "$T/ctl.txt"
+"$MEMLYZE" undump -o "$T/ctl.mlyze" "$T/ctl.txt"
+for c in "top" "top --by allocated" "tree" "leaks --age 0" "temporary --within 1" "diff --from 0 --to 1"; do
+    check "$c prints no control character from a name" bash -c \
+        "out=\$('$MEMLYZE' $c '$T/ctl.mlyze') && grep -q 'ma?\[31min?x' <<<\"\$out\" && ! grep -q \$'\\x1b' <<<\"\$out\""
+done
+check "top --json keeps the name exact" bash -c "'$MEMLYZE' top --json '$T/ctl.mlyze' | grep -qi 'ma\\\\u001b\\[31min\\\\nx'"
+
 # The seed trace's first allocation comes 1 s after its start.
 sed 's/^alloc dt=0 t=0 /alloc dt=1000000 t=0 /' "$SEEDS/trace.txt" > "$T/late.txt"
 "$MEMLYZE" undump -o "$T/late.mlyze" "$T/late.txt"
