@@ -195,6 +195,7 @@ static void add_families(void)
  * keys are ignored so older payloads accept newer injectors' strings. */
 static int parse_config(const char *cfg)
 {
+    mlz__g.drain_nice_set = 0;   /* each attach says it again, or the drain inherits */
     while (cfg && *cfg) {
         const char *end = strchr(cfg, ';');
         size_t len = end ? (size_t)(end - cfg) : strlen(cfg);
@@ -230,7 +231,8 @@ static int parse_config(const char *cfg)
                     n = n * 10 + (v[i] - '0');
                 }
                 if (n > 20) return -EINVAL;
-                mlz__g.drain_nice = (neg ? -n : n) + 100;
+                mlz__g.drain_nice = neg ? -n : n;
+                mlz__g.drain_nice_set = 1;
             } else if (klen == 8 && !memcmp(cfg, "coverage", 8)) {
                 mlz__g.coverage = vlen == 1 && v[0] == '1';
             } else if (klen == 4 && !memcmp(cfg, "hook", 4)) {
@@ -288,7 +290,7 @@ static int got_attach(void)
     mlz_real_fns r = {
         hooks[H_MALLOC].real, hooks[H_FREE].real, hooks[H_CALLOC].real, hooks[H_REALLOC].real,
         hooks[H_POSIX_MEMALIGN].real, hooks[H_ALIGNED_ALLOC].real, hooks[H_MEMALIGN].real,
-        hooks[H_VALLOC].real, hooks[H_PVALLOC].real, hooks[H_REALLOCARRAY].real,
+        hooks[H_VALLOC].real, hooks[H_PVALLOC].real,
     };
     if (!r.malloc || !r.free || !r.calloc || !r.realloc) return -ENOENT;
     mlz__g.real = r;

@@ -665,7 +665,7 @@ static void *drain_main(void *arg)
     mlz__tls.s.in_hook = 1;     /* our own allocations are never sampled */
     /* Named, so the injector recognises it (info.h). */
     prctl(PR_SET_NAME, MEMLYZE_DRAIN_THREAD_NAME, 0, 0, 0);
-    if (mlz__g.drain_nice && setpriority(PRIO_PROCESS, 0, mlz__g.drain_nice - 100)) {}
+    if (mlz__g.drain_nice_set && setpriority(PRIO_PROCESS, 0, mlz__g.drain_nice)) {}
     sigset_t all;
     sigfillset(&all);
     /* SETMASK, not BLOCK: the thread that created us may have been borrowed

@@ -32,7 +32,7 @@ typedef struct mlz_real_fns {
     void *(*memalign)(size_t, size_t);
     void *(*valloc)(size_t);
     void *(*pvalloc)(size_t);
-    void *(*reallocarray)(void *, size_t, size_t);
+    /* No reallocarray: its hook calls realloc (hooks.c). */
 } mlz_real_fns;
 
 /* Per-thread state: small, so it fits glibc's static TLS surplus. */
@@ -105,7 +105,7 @@ typedef struct mlz_global {
     int unwinder;
     int follow_fork;
     int coverage;                    /* GOT mode: write the blind-spot report */
-    int drain_nice;                  /* attached: the borrowed thread's own nice + 100; 0 = inherit */
+    int drain_nice, drain_nice_set;  /* attached: the borrowed thread's own nice (else inherited) */
     uint64_t self_lo, self_hi;       /* our own text: frames to drop */
     mlz_clock clock;                 /* every event's time (core/clock.h) */
     uint64_t mono_to_real_ns;        /* realtime = monotonic + this */

@@ -58,7 +58,6 @@ static void resolve_all(void)
     r.memalign = (void *(*)(size_t, size_t))dlsym(RTLD_NEXT, "memalign");
     r.valloc = (void *(*)(size_t))dlsym(RTLD_NEXT, "valloc");
     r.pvalloc = (void *(*)(size_t))dlsym(RTLD_NEXT, "pvalloc");
-    r.reallocarray = (void *(*)(void *, size_t, size_t))dlsym(RTLD_NEXT, "reallocarray");
     if (!r.malloc || !r.free || !r.calloc || !r.realloc) {
         static const char msg[] = "memlyze: cannot find the real malloc (static binary?); aborting\n";
         if (write(2, msg, sizeof msg - 1)) {}
@@ -99,7 +98,6 @@ void *mlz__boot_aligned_alloc(size_t a, size_t n) { resolve_all(); return mlz__g
 void *mlz__boot_memalign(size_t a, size_t n) { resolve_all(); return mlz__g.real.memalign(a, n); }
 void *mlz__boot_valloc(size_t n) { resolve_all(); return mlz__g.real.valloc(n); }
 void *mlz__boot_pvalloc(size_t n) { resolve_all(); return mlz__g.real.pvalloc(n); }
-void *mlz__boot_reallocarray(void *p, size_t n, size_t m) { resolve_all(); return mlz__g.real.reallocarray(p, n, m); }
 
 /* The exports. */
 MLZ_EXPORT MLZ_HOT_ALIGN void *malloc(size_t n) { return mlz__malloc_hot(n); }

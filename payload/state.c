@@ -35,13 +35,12 @@ BOOT(void *, aligned_alloc, (size_t, size_t))
 BOOT(void *, memalign, (size_t, size_t))
 BOOT(void *, valloc, (size_t))
 BOOT(void *, pvalloc, (size_t))
-BOOT(void *, reallocarray, (void *, size_t, size_t))
 #undef BOOT
 
 mlz_global mlz__g = {
     .real = { mlz__boot_malloc, mlz__boot_free, mlz__boot_calloc, mlz__boot_realloc,
               mlz__boot_posix_memalign, mlz__boot_aligned_alloc, mlz__boot_memalign,
-              mlz__boot_valloc, mlz__boot_pvalloc, mlz__boot_reallocarray },
+              mlz__boot_valloc, mlz__boot_pvalloc },
     .bloom = { .cells = empty_filter, .shift = 64 - MLZ_BLOOM_DEFAULT_LOG2_CELLS,
                .log2_cells = MLZ_BLOOM_DEFAULT_LOG2_CELLS,
                .mask = (1u << MLZ_BLOOM_DEFAULT_LOG2_CELLS) - 1 },
