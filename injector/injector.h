@@ -105,9 +105,6 @@ int  mlz__threads_run(mlz_tgroup *g, int ms);                   /* let them run,
 void mlz__threads_detach_all(mlz_tgroup *g, pid_t keep);        /* every thread but `keep` */
 int  mlz__threads_detach_one(mlz_tgroup *g, pid_t tid);
 mlz_thread *mlz__threads_find(mlz_tgroup *g, pid_t tid);
-/* /proc/PID/task/TID/stat (tid 0: /proc/PID/stat) read into buf; returns
- * its fields after the command name, state letter first, or NULL if gone. */
-const char *mlz__stat_fields(pid_t pid, pid_t tid, char *buf, size_t cap);
 /* The thread's name (comm), "?" if gone. */
 const char *mlz__thread_name(pid_t pid, pid_t tid, char *buf, size_t cap);
 /* The thread's id in its own PID namespace (what gettid() says there, and

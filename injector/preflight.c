@@ -27,7 +27,7 @@ static pid_t shares_memory_with_parent(pid_t pid)
 {
     char buf[1024];
     long ppid = 0;
-    const char *f = mlz__stat_fields(pid, 0, buf, sizeof buf);
+    const char *f = mlz_proc_stat_fields(pid, 0, buf, sizeof buf);
     if (!f || sscanf(f, "%*c %ld", &ppid) != 1 || ppid <= 1) return 0;
     return syscall(SYS_kcmp, pid, (pid_t)ppid, KCMP_VM, 0, 0) == 0 ? (pid_t)ppid : 0;
 }

@@ -100,7 +100,7 @@ static const char *sig_name(int sig)
 static int borrowed_sleeps(mlz_remote *r)
 {
     char buf[512];
-    const char *f = mlz__stat_fields(r->pid, r->tid, buf, sizeof buf);
+    const char *f = mlz_proc_stat_fields(r->pid, r->tid, buf, sizeof buf);
     return f && (f[0] == 'S' || f[0] == 'D');
 }
 

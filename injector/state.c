@@ -29,7 +29,7 @@ static unsigned long long start_ticks(pid_t pid)
 {
     char buf[1024];
     unsigned long long t = 0;
-    const char *f = mlz__stat_fields(pid, 0, buf, sizeof buf);
+    const char *f = mlz_proc_stat_fields(pid, 0, buf, sizeof buf);
     if (!f || sscanf(f, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d %*d %llu", &t) != 1)
         return 0;
     return t;

@@ -110,7 +110,7 @@ static int wait_stopped(mlz_tgroup *g, mlz_thread *t, uint64_t deadline)
         int rc = mlz__pt_wait(t->tid, &st, left);
         if (rc == MLZ_INJ_ETIMEOUT) {
             char name[64], stat[512];
-            const char *f = mlz__stat_fields(g->pid, t->tid, stat, sizeof stat);
+            const char *f = mlz_proc_stat_fields(g->pid, t->tid, stat, sizeof stat);
             int in_kernel = f && f[0] == 'D';
             mlz__err("thread %d (%s) did not stop within the timeout%s", (int)t->tid,
                      mlz__thread_name(g->pid, t->tid, name, sizeof name),
@@ -124,35 +124,20 @@ static int wait_stopped(mlz_tgroup *g, mlz_thread *t, uint64_t deadline)
     return 0;
 }
 
-/* One pass over /proc/PID/task: seize and interrupt every new thread.
- * Returns how many were new, or < 0. */
-const char *mlz__stat_fields(pid_t pid, pid_t tid, char *buf, size_t cap)
-{
-    char path[96];
-    if (tid) snprintf(path, sizeof path, "/proc/%d/task/%d/stat", (int)pid, (int)tid);
-    else snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return NULL;
-    ssize_t n = read(fd, buf, cap - 1);
-    close(fd);
-    if (n <= 0) return NULL;
-    buf[n] = 0;
-    char *p = strrchr(buf, ')');       /* comm may hold spaces and parens */
-    return p && p[1] == ' ' && p[2] ? p + 2 : NULL;
-}
-
 /* A thread on its way out (thread-per-request servers end threads all the
  * time) cannot be seized (EPERM); it is no thread to worry about. */
 static int thread_exiting(pid_t pid, pid_t tid)
 {
     char buf[512];
-    const char *f = mlz__stat_fields(pid, tid, buf, sizeof buf);
+    const char *f = mlz_proc_stat_fields(pid, tid, buf, sizeof buf);
     unsigned long flags = 0;
     if (!f || f[0] == 'X' || f[0] == 'Z') return 1;
     /* field 9: PF_EXITING (0x4) */
     return sscanf(f, "%*c %*d %*d %*d %*d %*d %lu", &flags) == 1 && (flags & 0x4);
 }
 
+/* One pass over /proc/PID/task: seize and interrupt every new thread.
+ * Returns how many were new, or < 0. */
 static int seize_new(mlz_tgroup *g)
 {
     char path[64];

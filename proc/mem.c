@@ -5,12 +5,10 @@
 #include "proc.h"
 #include "proc_internal.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -26,48 +24,6 @@ int mlz__proc_fail(int code, const char *fmt, ...)
     vsnprintf(last_error, sizeof last_error, fmt, ap);
     va_end(ap);
     return code;
-}
-
-static int gone_thread(pid_t pid, pid_t tid)
-{
-    char path[96], buf[512];
-    if (tid == pid) snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    else snprintf(path, sizeof path, "/proc/%d/task/%d/stat", (int)pid, (int)tid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return 1;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 0) return 1;
-    buf[n] = 0;
-    const char *p = strrchr(buf, ')');      /* comm may hold spaces and parens */
-    return !p || p[1] != ' ' || p[2] == 'Z' || p[2] == 'X';
-}
-
-pid_t mlz_proc_task_find(pid_t pid, int (*pick)(pid_t pid, pid_t tid, void *arg), void *arg)
-{
-    char path[64];
-    snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
-    DIR *d = opendir(path);
-    if (!d) return 0;
-    pid_t found = 0;
-    struct dirent *e;
-    while (!found && (e = readdir(d))) {
-        pid_t tid = (pid_t)atoi(e->d_name);
-        if (tid > 0 && tid != pid && pick(pid, tid, arg)) found = tid;
-    }
-    closedir(d);
-    return found;
-}
-
-static int running(pid_t pid, pid_t tid, void *arg)
-{
-    (void)arg;
-    return !gone_thread(pid, tid);
-}
-
-pid_t mlz_proc_live_tid(pid_t pid)
-{
-    return gone_thread(pid, pid) ? mlz_proc_task_find(pid, running, NULL) : pid;
 }
 
 int mlz_proc_read(pid_t pid, uint64_t addr, void *buf, size_t len)

@@ -1,0 +1,63 @@
+/*
+ * tasks.c - a process's threads as /proc shows them: a thread's stat
+ * fields, the threads of a process, and the one to read a process through
+ * when its main thread has exited.
+ */
+#include "proc.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+const char *mlz_proc_stat_fields(pid_t pid, pid_t tid, char *buf, size_t cap)
+{
+    char path[96];
+    if (tid) snprintf(path, sizeof path, "/proc/%d/task/%d/stat", (int)pid, (int)tid);
+    else snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return NULL;
+    ssize_t n = read(fd, buf, cap - 1);
+    close(fd);
+    if (n <= 0) return NULL;
+    buf[n] = 0;
+    char *p = strrchr(buf, ')');       /* comm may hold spaces and parens */
+    return p && p[1] == ' ' && p[2] ? p + 2 : NULL;
+}
+
+/* Exited (a zombie, or dead) or gone. */
+static int gone_thread(pid_t pid, pid_t tid)
+{
+    char buf[512];
+    const char *f = mlz_proc_stat_fields(pid, tid == pid ? 0 : tid, buf, sizeof buf);
+    return !f || f[0] == 'Z' || f[0] == 'X';
+}
+
+pid_t mlz_proc_task_find(pid_t pid, int (*pick)(pid_t pid, pid_t tid, void *arg), void *arg)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
+    DIR *d = opendir(path);
+    if (!d) return 0;
+    pid_t found = 0;
+    struct dirent *e;
+    while (!found && (e = readdir(d))) {
+        pid_t tid = (pid_t)atoi(e->d_name);
+        if (tid > 0 && tid != pid && pick(pid, tid, arg)) found = tid;
+    }
+    closedir(d);
+    return found;
+}
+
+static int running(pid_t pid, pid_t tid, void *arg)
+{
+    (void)arg;
+    return !gone_thread(pid, tid);
+}
+
+pid_t mlz_proc_live_tid(pid_t pid)
+{
+    return gone_thread(pid, pid) ? mlz_proc_task_find(pid, running, NULL) : pid;
+}
