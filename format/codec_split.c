@@ -54,6 +54,15 @@
 #pragma weak ZSTD_findFrameCompressedSize
 #pragma weak crc32
 
+/* The column loops in two copies, picked once by the CPU: AVX2 widens and
+ * sums 32 bytes per instruction, baseline x86-64 (SSE2) 16, with more
+ * shuffles to widen bytes to 64-bit values. */
+#if defined(__x86_64__) && defined(__GNUC__)
+#define COLUMN_LOOPS __attribute__((target_clones("avx2", "default")))
+#else
+#define COLUMN_LOOPS
+#endif
+
 #define DIR_BYTES (MLZ_SPLIT_NSTREAMS * 8)
 
 /* The freed blocks of one size slot (a row): one cache line. The rows'
@@ -107,13 +116,13 @@ struct mlz_split_codec {
     stream s[MLZ_SPLIT_NSTREAMS];
     uint8_t *out; size_t out_cap;
     live_ent *live; uint32_t gen;
-    uint32_t *free_idx;        /* the allocation each FREE names, or LIVE_DEAD */
+    uint32_t *free_idx;        /* encoder: the allocation each FREE names, or LIVE_DEAD */
     uint16_t *slot;            /* decoder: each ALLOC's row, reuse_slot_of(its size) */
     size_t slot_cap;
     size_t free_idx_cap;
     uint32_t *alloc_back;      /* encoder: j when the j-th latest FREE freed this ALLOC's address, else 0 */
     size_t alloc_back_cap;
-    uint32_t *live_list, *live_pos;   /* the block's live allocations (see FREE) */
+    uint32_t *live_list, *live_pos;   /* the block's live allocations (see FREE; the decoder keeps indices) */
     size_t live_list_cap, live_pos_cap;
     lits scratch[5];           /* literal columns on their way in or out */
 };
@@ -578,7 +587,7 @@ static inline uint32_t varint_extra2(uint8_t b0, uint8_t b1) { return ((b1 | (b0
  * the width allows (byte loops the compiler vectorises): a value needs a
  * second byte from 2^7 on and a third from 2^14 on. */
 
-static size_t varint_bytes(const uint8_t *restrict p, uint32_t n, unsigned w, const uint64_t *v)
+COLUMN_LOOPS static size_t varint_bytes(const uint8_t *restrict p, uint32_t n, unsigned w, const uint64_t *v)
 {
     size_t sum = n;
     uint32_t t = 0;   /* at most 2n: 32-bit lanes vectorise four times wider than size_t */
@@ -599,7 +608,7 @@ static size_t varint_bytes(const uint8_t *restrict p, uint32_t n, unsigned w, co
 /* The v1 bytes beyond the first of the ALLOCs' and the FREEs' delta
  * varints (the delta column has one value per event), with masks rather
  * than branches so that the widths of 1 and 2 vectorise. */
-static void delta_extra_by_kind(const stream *s, const uint8_t *restrict kind, uint32_t n, const uint64_t *v,
+COLUMN_LOOPS static void delta_extra_by_kind(const stream *s, const uint8_t *restrict kind, uint32_t n, const uint64_t *v,
                                 size_t *alloc, size_t *free)
 {
     unsigned w = s->p[0];
@@ -643,7 +652,7 @@ static int col_width(const stream *s, uint32_t n, unsigned maxw)
  * or the width is not the smallest that holds the values. With vbytes, also
  * gives the v1 varint bytes of the values. */
 
-static int get_num_col(const stream *s, uint32_t n, uint64_t *restrict v, unsigned maxw, size_t *vbytes)
+COLUMN_LOOPS static int get_num_col(const stream *s, uint32_t n, uint64_t *restrict v, unsigned maxw, size_t *vbytes)
 {
     int sw = col_width(s, n, maxw);
     if (sw < 0) return -1;
@@ -681,7 +690,7 @@ static int get_num_col(const stream *s, uint32_t n, uint64_t *restrict v, unsign
 /* The sum (mod 2^64) of a column's values, plane by plane: plane b adds
  * its byte sum times 2^(8b). Byte sums of at most 2^17 values fit 32 bits,
  * and the compiler vectorises them. */
-static uint64_t col_sum(const stream *s, uint32_t n)
+COLUMN_LOOPS static uint64_t col_sum(const stream *s, uint32_t n)
 {
     unsigned w = s->p[0];
     uint64_t sum = 0;
@@ -696,7 +705,7 @@ static uint64_t col_sum(const stream *s, uint32_t n)
 
 /* The smallest and largest of a column's n >= 1 values: from the planes
  * for widths up to 2 (vectorised), else from the values. */
-static void col_range(const stream *s, uint32_t n, const uint64_t *v, uint64_t *lo, uint64_t *hi)
+COLUMN_LOOPS static void col_range(const stream *s, uint32_t n, const uint64_t *v, uint64_t *lo, uint64_t *hi)
 {
     unsigned w = s->p[0];
     const uint8_t *restrict p = s->p + 1;
@@ -732,18 +741,32 @@ static uint32_t lit_count(const stream *s, uint32_t max)
     return (uint32_t)((s->len - 1) / w);
 }
 
-static uint32_t zeros8(const uint8_t *v, uint32_t n)
+COLUMN_LOOPS static uint32_t zeros8(const uint8_t *v, uint32_t n)
 {
     uint32_t z = 0;
     for (uint32_t i = 0; i < n; i++) z += v[i] == 0;
     return z;
 }
 
-static uint32_t zeros64(const uint64_t *v, uint32_t n)
+COLUMN_LOOPS static uint32_t zeros64(const uint64_t *v, uint32_t n)
 {
     uint32_t z = 0;
     for (uint32_t i = 0; i < n; i++) z += v[i] == 0;
     return z;
+}
+
+/* The ALLOCs and FREEs among n event kinds; 1 if any kind is reserved (>= 128). */
+COLUMN_LOOPS static int count_kinds(const uint8_t *kind, uint32_t n, uint32_t *na, uint32_t *nf)
+{
+    uint32_t a = 0, f = 0;
+    uint8_t any = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        a += kind[i] == MLZ_EV_ALLOC;
+        f += kind[i] == MLZ_EV_FREE;
+        any |= kind[i];
+    }
+    *na = a, *nf = f;
+    return any >= 128;
 }
 
 /* Unpacks the stream directory and the streams themselves. */
@@ -832,7 +855,7 @@ static int decode_sizes(model *m, const uint8_t *sc, const uint64_t *lit, uint32
  * back (8 MB written and read per million ALLOCs); the check and the fill
  * vectorise. Other blocks take the column's values (into scratch) through
  * the running XOR, which does not. */
-static int decode_threads(const stream *s, uint32_t na, uint16_t *restrict th, uint64_t *scratch)
+COLUMN_LOOPS static int decode_threads(const stream *s, uint32_t na, uint16_t *restrict th, uint64_t *scratch)
 {
     int w = col_width(s, na, 2);
     if (w < 0) return -1;
@@ -863,44 +886,18 @@ static int decode_threads(const stream *s, uint32_t na, uint16_t *restrict th, u
     return other == 0;
 }
 
-/* Pass 3: the live list, in event order, on allocation indices alone: the
- * allocation each FREE names (free_idx, as the encoder has it), or
- * LIVE_DEAD for a literal. Apart from the addresses, so that pass 4 knows
- * a freed block's size, and its row, as soon as it reaches the FREE. */
-static int live_pass(mlz_split_codec *c, const uint8_t *kind, uint32_t n, const uint64_t *refs,
-                     char *why, size_t whylen)
-{
-    uint32_t *live = c->live_list, *fidx = c->free_idx;
-    uint32_t nlive = 0, ai = 0, fi = 0;
-    for (uint32_t i = 0; i < n; i++) {
-        if (kind[i] == MLZ_EV_ALLOC) {
-            live[nlive++] = ai++;
-        } else if (kind[i] == MLZ_EV_FREE) {
-            uint64_t ref = refs[fi];
-            if (ref > nlive) BAD("FREE names live object %llu from the end of %u", (unsigned long long)ref, nlive);
-            if (ref) {
-                uint32_t p = nlive - (uint32_t)ref;
-                fidx[fi] = live[p];
-                live[p] = live[--nlive];
-            } else {
-                fidx[fi] = LIVE_DEAD;
-            }
-            fi++;
-        }
-    }
-    return 0;
-}
-
-/* Pass 4's inputs. */
+/* Pass 3's inputs. */
 typedef struct event_pass {
     const uint8_t *kind, *ac;
-    const uint64_t *addr_lit, *flits;
+    const uint64_t *addr_lit, *flits, *refs;
     uint32_t n, nal, nfl;
 } event_pass;
 
-/* Pass 4: the addresses, in event order (the freed-blocks and address-base
- * models). model2 and one_thread are constants in each copy the compiler
- * makes. */
+/* Pass 3: the addresses, in event order (the freed-blocks and address-base
+ * models), with the live list on allocation indices: a FREE names its
+ * object by its place from the list's end, which then takes the last
+ * entry's place. The block's sizes (pass 1) give a freed block's row.
+ * model2 and one_thread are constants in each copy the compiler makes. */
 static inline __attribute__((always_inline)) int
 event_pass_run(mlz_split_codec *c, const event_pass *e, const int model2, const int one_thread,
                char *why, size_t whylen)
@@ -910,7 +907,9 @@ event_pass_run(mlz_split_codec *c, const event_pass *e, const int model2, const 
     /* Literals are taken without a bound check; the counts are checked at
      * the end (the columns have room for n + 1 values, more than codes 0). */
     const uint64_t *restrict al = e->addr_lit, *restrict fl = e->flits;
-    const uint32_t *restrict fidx = c->free_idx;
+    const uint64_t *restrict refs = e->refs;
+    uint32_t *restrict live = c->live_list;
+    uint32_t nlive = 0;
     const uint64_t *restrict a_size = c->cols.a_size;
     const uint16_t *restrict a_thread = c->cols.a_thread, *restrict slot = c->slot;
     uint64_t *restrict a_addr = c->cols.a_addr, *restrict f_addr = c->cols.f_addr;
@@ -948,14 +947,18 @@ event_pass_run(mlz_split_codec *c, const event_pass *e, const int model2, const 
             }
             if (one_thread) last_addr = addr;
             else addr_seen(m, a_thread[ai], addr);
+            live[nlive++] = ai;
             a_addr[ai++] = addr;
         } else if (t == MLZ_EV_FREE) {
-            uint32_t o = fidx[fi];
-            uint64_t addr;
-            if (o != LIVE_DEAD) {
+            uint64_t ref = refs[fi], addr;
+            if (ref - 1 < nlive) {
+                uint32_t p = nlive - (uint32_t)ref, o = live[p];
+                live[p] = live[--nlive];
                 addr = a_addr[o];
                 if (model2) row_push(m, slot[o], addr);
                 else reuse_push(m, a_size[o], addr);
+            } else if (ref) {
+                BAD("FREE names live object %llu from the end of %u", (unsigned long long)ref, nlive);
             } else {
                 addr = m->prev_free_lit + unzz(*fl++);
                 m->prev_free_lit = addr;
@@ -986,7 +989,7 @@ static __attribute__((noinline)) int event_pass_threads(mlz_split_codec *c, cons
     return event_pass_run(c, e, 1, 0, why, whylen);
 }
 
-/* Pass 5, for blocks that have them: the GC, MARKER and extension events'
+/* Pass 4, for blocks that have them: the GC, MARKER and extension events'
  * tails in the other stream, checked and measured; -1 if malformed. */
 static long other_pass(const uint8_t *kind, uint32_t n, const uint8_t *oth, const uint8_t *oend,
                        char *why, size_t whylen)
@@ -1012,14 +1015,9 @@ int mlz_split_decode(mlz_split_codec *c, const uint8_t *payload, size_t len,
     if (cols_reserve(k, n)) BAD("out of memory");
     stream *S = c->s;
     if (S[MLZ_S_KIND].len != n) BAD("kind stream holds %zu events, block header says %u", S[MLZ_S_KIND].len, n);
-    uint32_t na = 0, nf = 0, no = 0;
+    uint32_t na, nf;
     const uint8_t *kind = S[MLZ_S_KIND].p;
-    for (uint32_t i = 0; i < n; i++) {
-        na += kind[i] == MLZ_EV_ALLOC;
-        nf += kind[i] == MLZ_EV_FREE;
-        no |= kind[i];
-    }
-    if (no >= 128) {
+    if (count_kinds(kind, n, &na, &nf)) {
         for (uint32_t i = 0; i < n; i++)
             if (kind[i] >= 128) { *bad_kind = 1; BAD("invalid event type %d (128..255 are reserved)", kind[i]); }
     }
@@ -1054,20 +1052,20 @@ int mlz_split_decode(mlz_split_codec *c, const uint8_t *payload, size_t len,
     if (get_num_col(&S[MLZ_S_ADDR_LIT], nal, addr_lit, 8, NULL)) BAD("malformed address literal stream");
     if (get_num_col(&S[MLZ_S_FREE_LIT], nfl, flits, 8, NULL)) BAD("malformed free literal stream");
 
-    /* The models, in three more passes (the threads were above): the sizes
-     * depend on ALLOCs alone; the live list and then the addresses run in
-     * event order. */
+    /* The models, in two more passes (the threads were above): the sizes
+     * depend on ALLOCs alone; the live list and the addresses run in event
+     * order, in one pass (as two, the FREEs' objects went through memory
+     * between them, and every event paid the loop and its kind twice). */
     model *m = &c->m;
     model_reset(m);
     size_t size_bytes;
     if (grow_to((void **)&c->slot, &c->slot_cap, (size_t)na + 1, sizeof *c->slot)) BAD("out of memory");
     if (decode_sizes(m, sc, size_lit, nsl, na, k->a_size, c->slot, &size_bytes, why, whylen)) return -1;
-    if (grow_to((void **)&c->live_list, &c->live_list_cap, (size_t)na + 1, sizeof *c->live_list) ||
-        grow_to((void **)&c->free_idx, &c->free_idx_cap, (size_t)nf + 1, sizeof *c->free_idx))
+    if (grow_to((void **)&c->live_list, &c->live_list_cap, (size_t)na + 1, sizeof *c->live_list))
         BAD("out of memory");
-    if (live_pass(c, kind, n, refs, why, whylen)) return -1;
     event_pass e = {
-        .kind = kind, .ac = ac, .addr_lit = addr_lit, .flits = flits, .n = n, .nal = nal, .nfl = nfl,
+        .kind = kind, .ac = ac, .addr_lit = addr_lit, .flits = flits, .refs = refs,
+        .n = n, .nal = nal, .nfl = nfl,
     };
     /* One copy of the pass per model, and one for blocks of a single thread
      * (most: their address base is simply the previous ALLOC's address). */

@@ -54,6 +54,7 @@
 #include <unistd.h>
 
 #define MAX_RINGS 1024
+#define STASH_MAX 32        /* a ring's FREEs from signal handlers, waiting */
 #define DRAIN_PERIOD_NS (10 * 1000 * 1000)      /* sampled mode, rings quiet */
 #define DRAIN_BUSY_NS   (1000 * 1000)           /* exact mode, or rings filling */
 #define FLUSH_WAIT_NS   (200 * 1000 * 1000)     /* a flush request waits at most this */
@@ -67,6 +68,7 @@ struct mlz_ring {
      * written per event. The drain thread adds them up (sum_counters). */
     _Atomic uint64_t in_flight;           /* the owner is inside a sample path */
     uint64_t samples, frees_tracked;
+    uint32_t nstash;                      /* FREEs in stash[], pushed by the owner */
     _Alignas(64) _Atomic uint64_t tail;   /* written by the drain thread */
     _Atomic int32_t owner;                /* tid, 0 = free */
     uint32_t mask;
@@ -74,6 +76,9 @@ struct mlz_ring {
     /* The owner's DWARF rule cache: per thread (no locking), and it goes
      * with the ring so that exited threads' caches are reused, not leaked. */
     mlz_unwind_cache *ucache;
+    /* FREEs of the owner's signal handlers, which may not push (they may
+     * have interrupted a push): mlz__stash_free. */
+    struct { uint64_t ts_ns, addr; } stash[STASH_MAX];
 };
 
 static mlz_ring rings[MAX_RINGS];
@@ -235,8 +240,8 @@ int mlz__quiescent(void)
 
 /* The cumulative counters at this session's start (mlz__drain_start). */
 typedef struct session_counts {
-    uint64_t samples, frees_tracked, events_written, ring_drops, no_ring, frees_lost, reentrant, spool_errors,
-        ring_waits;
+    uint64_t samples, frees_tracked, events_written, ring_drops, no_ring, frees_lost, reentrant, handler_allocs,
+        spool_errors, ring_waits;
 } session_counts;
 static session_counts session_base;
 
@@ -376,8 +381,8 @@ static MLZ_COLD MLZ_NOINLINE int push_slow(mlz_ring *r, uint64_t h, enum mlz_rec
 
 /* The common case needs no stack frame: everything that waits or counts is
  * in push_slow (their registers cost the fast path 14 instructions). */
-int mlz__push(mlz_ring *r, enum mlz_rec_kind kind, uint64_t ts_ns, uint64_t addr, uint64_t size,
-              uint32_t stack_id)
+static inline int push(mlz_ring *r, enum mlz_rec_kind kind, uint64_t ts_ns, uint64_t addr, uint64_t size,
+                       uint32_t stack_id)
 {
     if (mlz_unlikely(!r)) return push_slow(r, 0, kind, ts_ns, addr, size, stack_id);
     uint64_t h = atomic_load_explicit(&r->head, memory_order_relaxed), fill = ring_fill(r, h);
@@ -385,6 +390,47 @@ int mlz__push(mlz_ring *r, enum mlz_rec_kind kind, uint64_t ts_ns, uint64_t addr
         return push_slow(r, h, kind, ts_ns, addr, size, stack_id);
     put_rec(r, h, kind, ts_ns, addr, size, stack_id);
     return 1;
+}
+
+/* Stashed FREEs go first: they were stamped before this record's push. */
+int mlz__push(mlz_ring *r, enum mlz_rec_kind kind, uint64_t ts_ns, uint64_t addr, uint64_t size,
+              uint32_t stack_id)
+{
+    if (mlz_unlikely(r && __atomic_load_n(&r->nstash, __ATOMIC_RELAXED))) mlz__stash_flush(r);
+    return push(r, kind, ts_ns, addr, size, stack_id);
+}
+
+/* A handler adds at the end: entry first, then the count by CAS, so a
+ * handler interrupting this one (another signal) takes the next place. */
+int mlz__stash_free(mlz_ring *r, uint64_t ts_ns, uint64_t addr)
+{
+    if (!r) return 0;
+    uint32_t n = __atomic_load_n(&r->nstash, __ATOMIC_ACQUIRE);
+    while (n < STASH_MAX) {
+        r->stash[n].ts_ns = ts_ns;
+        r->stash[n].addr = addr;
+        if (__atomic_compare_exchange_n(&r->nstash, &n, n + 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+            return 1;
+    }
+    return 0;
+}
+
+int mlz__stash_pending(const mlz_ring *r)
+{
+    return __atomic_load_n(&r->nstash, __ATOMIC_ACQUIRE) != 0;
+}
+
+/* The owner, in a sample path: handlers only add meanwhile, so the count
+ * is reset only if nothing came since it was read. */
+MLZ_NOINLINE void mlz__stash_flush(mlz_ring *r)
+{
+    uint32_t done = 0, n;
+    for (;;) {
+        n = __atomic_load_n(&r->nstash, __ATOMIC_ACQUIRE);
+        for (; done < n; done++)
+            if (push(r, MLZ_REC_FREE, r->stash[done].ts_ns, r->stash[done].addr, 0, 0)) mlz__count_free(r);
+        if (__atomic_compare_exchange_n(&r->nstash, &n, 0, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) return;
+    }
 }
 
 /* ------------------------------------------------------------ the spool */
@@ -662,7 +708,7 @@ static void raise_rate_if_behind(uint64_t now)
 static void *drain_main(void *arg)
 {
     unsigned gen = (unsigned)(uintptr_t)arg;
-    mlz__tls.s.in_hook = 1;     /* our own allocations are never sampled */
+    mlz__tls.s.in_hook = MLZ_HOOK_OWN;   /* our own allocations are never sampled */
     /* Named, so the injector recognises it (info.h). */
     prctl(PR_SET_NAME, MEMLYZE_DRAIN_THREAD_NAME, 0, 0, 0);
     if (mlz__g.drain_nice_set && setpriority(PRIO_PROCESS, 0, mlz__g.drain_nice)) {}
@@ -775,7 +821,7 @@ int mlz__drain_start(void)
         atomic_load(&mlz__g.c.samples), atomic_load(&mlz__g.c.frees_tracked),
         atomic_load(&mlz__g.c.events_written), atomic_load(&mlz__g.c.ring_drops),
         atomic_load(&mlz__g.c.no_ring), atomic_load(&mlz__g.c.frees_lost),
-        atomic_load(&mlz__g.c.reentrant), atomic_load(&mlz__g.c.spool_errors),
+        atomic_load(&mlz__g.c.reentrant), atomic_load(&mlz__g.c.handler_allocs), atomic_load(&mlz__g.c.spool_errors),
         atomic_load(&mlz__g.c.ring_waits),
     };
     spool_shift = 0;
@@ -804,7 +850,7 @@ int mlz__drain_start(void)
     /* The drain thread's own start-up allocates (its stack bookkeeping):
      * the guard makes those pass through. */
     uint32_t g = mlz__tls.s.in_hook;
-    mlz__tls.s.in_hook = 1;
+    mlz__tls.s.in_hook = MLZ_HOOK_OWN;
     /* Born with every signal blocked: with the creator's mask, a signal the
      * program blocks in its threads (for sigwait, signalfd) could be
      * delivered to the new thread before it blocks them itself, and kill. */
@@ -837,6 +883,7 @@ static void write_counters(uint64_t t_us)
     S(no_ring);
     S(frees_lost);
     S(reentrant);
+    S(handler_allocs);
     S(spool_errors);
     C("disk_low_stops", mlz__g.c.disk_low_stops);
     S(ring_waits);

@@ -67,6 +67,26 @@ static void leave(_Atomic uint64_t *f)
     atomic_store_explicit(f, atomic_load_explicit(f, memory_order_relaxed) - 1, memory_order_release);
 }
 
+/* The end of a stretch in our code (in_hook set). FREEs a signal handler
+ * stashed in the thread's ring meanwhile (interrupted_free) and that no
+ * record of the path has taken along are pushed now, still as a sample
+ * path: a handler arriving during the flush stashes too, and one arriving
+ * after it records its own. */
+static inline void leave_hook(mlz_tls *t)
+{
+    while (mlz_unlikely(t->ring && mlz__stash_pending(t->ring))) {
+        t->s.in_hook = MLZ_HOOK_SAMPLING;
+        _Atomic uint64_t *f = enter(&mlz__g.active_free, t->ring);
+        if (f) {
+            mlz__stash_flush(t->ring);
+            leave(f);
+        }
+        __atomic_store_n(&t->s.in_hook, MLZ_HOOK_OUT, __ATOMIC_RELEASE);
+        if (!f) break;
+    }
+    __atomic_store_n(&t->s.in_hook, MLZ_HOOK_OUT, __ATOMIC_RELEASE);
+}
+
 static MLZ_COLD MLZ_NOINLINE void thread_init(mlz_tls *t)
 {
     static _Atomic uint64_t ordinal;
@@ -211,15 +231,22 @@ MLZ_NOINLINE void mlz__sample_slow(void *p, size_t n, uint64_t ts)
     mlz_tls *t = &mlz__tls;
     if (t->s.in_hook | t->in_named) {
         /* Our own code allocating, or a named allocator taking memory from
-         * the one below it: not an allocation of the program's. */
-        if (t->s.in_hook) atomic_fetch_add_explicit(&mlz__g.c.reentrant, 1, memory_order_relaxed);
+         * the one below it: not an allocation of the program's. Or a signal
+         * handler's, made while this thread was in a sample path, which
+         * cannot be recorded (the ring and the unwinder are half-way
+         * through): sampled mode moves the sample point to the next
+         * allocation, exact mode loses it, and says so. */
+        if (t->s.in_hook == MLZ_HOOK_SAMPLING && mlz__g.rate <= 1 && !t->s.rate_shift && p)
+            atomic_fetch_add_explicit(&mlz__g.c.handler_allocs, 1, memory_order_relaxed);
+        else if (t->s.in_hook)
+            atomic_fetch_add_explicit(&mlz__g.c.reentrant, 1, memory_order_relaxed);
         t->s.countdown = 0;       /* look again at the next allocation */
         return;
     }
     if (!t->s.initialized) {
-        t->s.in_hook = 1;
+        t->s.in_hook = MLZ_HOOK_OWN;   /* pthread_getattr_np and the like allocate */
         thread_init(t);
-        t->s.in_hook = 0;
+        leave_hook(t);
         /* This allocation takes its chance against the fresh countdown. */
         if (!mlz_sampler_should_sample(&t->s, n)) return;
     }
@@ -229,14 +256,14 @@ MLZ_NOINLINE void mlz__sample_slow(void *p, size_t n, uint64_t ts)
     int keep = mlz_sampler_follow(&t->s, shift);
     mlz_sampler_rearm(&t->s, mlz__g.rate << t->s.rate_shift);
     if (!p || !keep) return;
-    t->s.in_hook = 1;
+    t->s.in_hook = MLZ_HOOK_SAMPLING;
     mlz_ring *ring = mlz__ring();
     _Atomic uint64_t *f = enter(&mlz__g.active_alloc, ring);
     if (f) {
         record_alloc(t, ring, p, n, ts);
         leave(f);
     }
-    t->s.in_hook = 0;
+    leave_hook(t);
 }
 
 /* The two halves of a tracked free, shared by free and realloc. The
@@ -249,14 +276,52 @@ static int untrack(void *p, mlz_heap_entry *old)
 }
 
 /* record_free: after untrack, once p is really gone. Its time is taken
- * now, after the removal (see the ordering rules above). old may be NULL
+ * now, after the removal (see the ordering rules above). born: the entry
+ * was published (time_ns != 0), so its cells are in the filter; unknown
  * in exact mode, whose filter is saturated and never cleared. */
-static void record_free(mlz_ring *ring, void *p, const mlz_heap_entry *old)
+static void record_free(mlz_ring *ring, void *p, int born)
 {
     /* An insert that died during birth (time 0) may not have added its
      * counts yet: taking them out could hide another sample. */
-    if (old && old->time_ns && mlz__g.rate > 1) mlz_bloom_remove(&mlz__g.bloom, (uint64_t)p);
+    if (born && mlz__g.rate > 1) mlz_bloom_remove(&mlz__g.bloom, (uint64_t)p);
     if (mlz__push(ring, MLZ_REC_FREE, mlz__now_ns(), (uint64_t)p, 0, 0)) mlz__count_free(ring);
+}
+
+/* A removed entry's fields, for realloc to put back if the real call
+ * fails. Not an mlz_heap_entry: its cache-line alignment made realloc's
+ * hook realign its stack, and program_frame then took a copy of the
+ * return address for the caller's, so frameless callers unwound wrong. */
+typedef struct kept_entry { uint64_t size, time_ns, seq; uint32_t stack_id, tid; } kept_entry;
+
+static MLZ_NOINLINE int untrack_kept(void *p, kept_entry *k)
+{
+    mlz_heap_entry old;
+    if (!untrack(p, &old)) return 0;
+    *k = (kept_entry){ old.size, old.time_ns, old.seq, old.stack_id, old.tid };
+    return 1;
+}
+
+/* A free (or realloc) by a signal handler while its thread is in a sample
+ * path (in_hook MLZ_HOOK_SAMPLING), which must not push to the thread's
+ * ring: the path may be half-way through a push. The entry goes now (the
+ * map and the filter are lock-free: safe here), before the handler's real
+ * free, and the FREE, stamped now, waits in the ring's stash: the path
+ * pushes it before its own record (so it keeps its place among the other
+ * threads' events: an ALLOC reusing the address comes after it) or when it
+ * ends. Without a stash (no ring yet, or full), the FREE is lost and
+ * counted, which the trace's readers report. Before, the entry stayed and
+ * the freed block looked live everywhere. */
+static void interrupted_free(mlz_tls *t, void *p)
+{
+    _Atomic uint64_t *f = enter(&mlz__g.active_free, t->ring);
+    if (!f) return;
+    mlz_heap_entry old;
+    if (untrack(p, &old)) {
+        if (old.time_ns && mlz__g.rate > 1) mlz_bloom_remove(&mlz__g.bloom, (uint64_t)(uintptr_t)p);
+        if (!mlz__stash_free(t->ring, mlz__now_ns(), (uint64_t)(uintptr_t)p))
+            atomic_fetch_add_explicit(&mlz__g.c.frees_lost, 1, memory_order_relaxed);
+    }
+    leave(f);
 }
 
 /* Sampled pointer (maybe) freed: remove before the real free, so the
@@ -264,18 +329,21 @@ static void record_free(mlz_ring *ring, void *p, const mlz_heap_entry *old)
 MLZ_NOINLINE void mlz__free_slow(void *p)
 {
     mlz_tls *t = &mlz__tls;
-    if (t->s.in_hook) return;
-    t->s.in_hook = 1;
+    if (t->s.in_hook) {
+        if (t->s.in_hook == MLZ_HOOK_SAMPLING) interrupted_free(t, p);
+        return;
+    }
+    t->s.in_hook = MLZ_HOOK_SAMPLING;
     mlz_ring *ring = mlz__ring();
     _Atomic uint64_t *f = enter(&mlz__g.active_free, ring);
     if (f) {
         /* Only the filter needs the entry's copy (exact mode: 19 of its
          * instructions per free, callgrind). */
         mlz_heap_entry old, *o = mlz__g.rate > 1 ? &old : NULL;
-        if (untrack(p, o)) record_free(ring, p, o);
+        if (untrack(p, o)) record_free(ring, p, o && o->time_ns);
         leave(f);
     }
-    t->s.in_hook = 0;
+    leave_hook(t);
 }
 
 /* ------------------------------------------------------------------ hooks */
@@ -380,17 +448,22 @@ void *mlz__realloc_common(void *p, size_t n, size_t m, void *(*call)(const void 
                           const void *ctx)
 {
     mlz_tls *t = &mlz__tls;
-    mlz_heap_entry old;
+    kept_entry old;
     int had = 0;
     _Atomic uint64_t *entered = NULL;
     mlz_ring *ring = NULL;
-    if (p && mlz_unlikely(mlz_bloom_maybe(&mlz__g.bloom, (uint64_t)p)) && !t->s.in_hook) {
-        t->s.in_hook = 1;
-        ring = mlz__ring();
-        /* Stay entered until the outcome is known: the entry may go back. */
-        if ((entered = enter(&mlz__g.active_free, ring)))
-            had = untrack(p, &old);
-        t->s.in_hook = 0;
+    if (p && mlz_unlikely(mlz_bloom_maybe(&mlz__g.bloom, (uint64_t)p))) {
+        if (t->s.in_hook) {
+            /* A handler's realloc (interrupted_free). */
+            if (t->s.in_hook == MLZ_HOOK_SAMPLING) interrupted_free(t, p);
+        } else {
+            t->s.in_hook = MLZ_HOOK_SAMPLING;
+            ring = mlz__ring();
+            /* Stay entered until the outcome is known: the entry may go back. */
+            if ((entered = enter(&mlz__g.active_free, ring)))
+                had = untrack_kept(p, &old);
+            leave_hook(t);
+        }
     }
     size_t total = n * m;
     int count = mlz_sampler_should_sample(&t->s, total);
@@ -398,7 +471,7 @@ void *mlz__realloc_common(void *p, size_t n, size_t m, void *(*call)(const void 
     void *q = call(ctx, p, n, m);
     if (entered && !had) leave(entered);
     if (had) {
-        t->s.in_hook = 1;
+        t->s.in_hook = MLZ_HOOK_SAMPLING;
         if (!q && total != 0) {
             /* Failed: p is untouched and still ours to track. */
             int64_t slot = mlz_heapmap_reserve(&mlz__g.map, (uint64_t)p);
@@ -406,10 +479,10 @@ void *mlz__realloc_common(void *p, size_t n, size_t m, void *(*call)(const void 
                 mlz_heapmap_publish(&mlz__g.map, slot, (uint64_t)p, old.size, old.stack_id, old.tid,
                                     old.time_ns, old.seq);
         } else {
-            record_free(ring, p, &old);
+            record_free(ring, p, old.time_ns != 0);
         }
         leave(entered);
-        t->s.in_hook = 0;
+        leave_hook(t);
     }
     if (count) mlz__sample_slow(q, total, ts);
     return q;

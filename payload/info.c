@@ -10,7 +10,7 @@
 extern _Atomic int mlz__attached;
 
 static const char *const counter_names[] = {
-    "samples", "frees_tracked", "ring_drops", "no_ring", "reentrant",
+    "samples", "frees_tracked", "ring_drops", "no_ring", "reentrant", "handler_allocs",
     "events_written", "spool_errors", "in_flight", "frees_lost", "disk_low_stops", "ring_waits", "rate_shift",
 };
 _Static_assert(sizeof counter_names / sizeof *counter_names == sizeof(mlz_counters) / sizeof(uint64_t),

@@ -36,6 +36,13 @@ typedef struct mlz_real_fns {
 } mlz_real_fns;
 
 /* Per-thread state: small, so it fits glibc's static TLS surplus. */
+/* What the thread is doing in the payload (mlz_tls.s.in_hook): its
+ * allocations pass through uncounted in both cases, but only our own code
+ * that may allocate (a thread's start-up, the drain thread) runs as
+ * MLZ_HOOK_OWN. A malloc or free that finds MLZ_HOOK_SAMPLING comes from a
+ * signal handler that interrupted a sample path. */
+enum { MLZ_HOOK_OUT = 0, MLZ_HOOK_SAMPLING = 1, MLZ_HOOK_OWN = 2 };
+
 typedef struct mlz_tls {
     mlz_sampler_tls s;        /* countdown, PRNG, recursion guard */
     struct mlz_ring *ring;    /* this thread's event ring, claimed lazily */
@@ -72,6 +79,8 @@ typedef struct mlz_counters {
     _Atomic uint64_t ring_drops;     /* samples given up: ring full (no ALLOC, no FREE) */
     _Atomic uint64_t no_ring;        /* samples given up: no ring left */
     _Atomic uint64_t reentrant;      /* hook entered from our own code */
+    _Atomic uint64_t handler_allocs; /* exact mode: allocations by signal handlers that
+                                      * interrupted a sample path, not recorded */
     _Atomic uint64_t events_written;
     _Atomic uint64_t spool_errors;
     _Atomic uint64_t in_flight;      /* sample paths running in threads without a ring
@@ -222,6 +231,12 @@ mlz_unwind_cache *mlz__unwind_cache(mlz_ring *r);   /* the ring's thread's, or N
 _Atomic uint64_t *mlz__in_flight_slot(mlz_ring *r); /* what enter/leave count in */
 void mlz__count_sample(mlz_ring *r);
 void mlz__count_free(mlz_ring *r);
+/* A signal handler's FREE, kept in the ring's stash until the sample path
+ * it interrupted pushes its own record or ends (hooks.c: interrupted_free).
+ * 0 if there is no room (no ring, stash full). */
+int  mlz__stash_free(mlz_ring *r, uint64_t ts_ns, uint64_t addr);
+int  mlz__stash_pending(const mlz_ring *r);
+void mlz__stash_flush(mlz_ring *r);  /* pushes the stash; the thread's own path only */
 int  mlz__quiescent(void);           /* 1: no thread is inside a sample path */
 void mlz__spool_note(unsigned type, const char *text, size_t len); /* written by the drain thread */
 int  mlz__drain_flush(void);         /* waits (bounded) until what is pushed is on disk */

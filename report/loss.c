@@ -19,7 +19,7 @@ int mlz_loss_describe(const json_t *counters, uint64_t rate, char *buf, size_t l
     /* Given up samples leave the trace consistent but its estimates low;
      * lost frees leave objects that look live although they were freed. */
     unsigned long long given_up = counter(counters, "ring_drops") + counter(counters, "no_ring") +
-                                  counter(counters, "map_full_drops");
+                                  counter(counters, "map_full_drops") + counter(counters, "handler_allocs");
     unsigned long long frees = counter(counters, "frees_lost");
     /* Stopped early: what was recorded is consistent, but it ends before
      * the program did. */
