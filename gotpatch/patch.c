@@ -427,14 +427,19 @@ static int pass(int only_new)
     return c.err ? c.err : c.patched;
 }
 
+/* Between mlz_got_patch_all and mlz_got_unpatch_all, under the lock. A
+ * dlopen that entered its hook while patched may finish after the unpatch:
+ * it must not patch every module again (they all look new by then). */
+static int patching;
+
 int mlz__patch_new_locked(void)
 {
-    return pass(1);
+    return patching ? pass(1) : 0;
 }
 
 int mlz__forget_unloaded_locked(void)
 {
-    return pass(1);
+    return patching ? pass(1) : 0;
 }
 
 /* ---- public: init ------------------------------------------------------ */
@@ -490,6 +495,7 @@ int mlz_got_patch_all(void)
     if (!__atomic_load_n(&mlz__got.initialised, __ATOMIC_ACQUIRE)) return MLZ_GOT_ESTATE;
     int e = mlz__lock();
     if (e) return e;
+    patching = 1;
     int r = pass(0);
     mlz__unlock();
     return r;
@@ -500,7 +506,7 @@ int mlz_got_patch_new_modules(void)
     if (!__atomic_load_n(&mlz__got.initialised, __ATOMIC_ACQUIRE)) return MLZ_GOT_ESTATE;
     int e = mlz__lock();
     if (e) return e;
-    int r = pass(1);
+    int r = mlz__patch_new_locked();
     mlz__unlock();
     return r;
 }
@@ -567,6 +573,7 @@ int mlz_got_unpatch_all(mlz_got_unpatch_report *r)
     int e = mlz__lock();
     if (e) return e;
     struct uctx c = { .r = r };
+    patching = 0;
     gen++;
     maps.loaded = 0;
     dl_iterate_phdr(unpatch_cb, &c);

@@ -81,8 +81,10 @@ static void *hook_dlopen(const char *file, int mode)
     void *(*real)(const char *, int) = (void *(*)(const char *, int))hooks[H_DLOPEN].real;
     if (atomic_load(&mlz__attached)) {
         void *h = mlz_got_dlopen(file, mode, caller);
-        /* The new code may allocate at once: let the unwinder know it. */
-        if (h) mlz_modtab_refresh();
+        /* The new code may allocate at once: let the unwinder know it.
+         * Unless a detach came while the real dlopen ran (its table is
+         * gone: a refresh would map a new one nobody frees). */
+        if (h && atomic_load(&mlz__attached)) mlz_modtab_refresh();
         return h;
     }
     char path[PATH_MAX];

@@ -470,6 +470,23 @@ static void test_errors_and_names(void)
     CHECK(mlz_got_dlopen_path("./x.so", (void *)test_errors_and_names, out, sizeof out) == 0);
 }
 
+/* A dlopen that entered its hook while patched and returns after the
+ * unpatch (a detach while the loader worked) patches nothing: after the
+ * unpatch every module looks new, and it once patched them all again. */
+static void test_dlopen_after_unpatch(void)
+{
+    REQUIRE(init_once() == 0);
+    REQUIRE(mlz_got_patch_all() > 0);
+    CHECK(mlz_got_unpatch_all(NULL) == 0);
+    void *h = mlz_got_dlopen("libz.so.1", RTLD_NOW, (void *)test_dlopen_after_unpatch);
+    CHECK(h != NULL);
+    CHECK_EQ_U64(mlz_got_slots(NULL, 0), 0);
+    CHECK(mlz_got_patch_new_modules() == 0);
+    CHECK_EQ_U64(mlz_got_slots(NULL, 0), 0);
+    mlz_got_unpatch_all(NULL);
+    if (h) dlclose(h);
+}
+
 int main(int argc, char **argv)
 {
     CHECK_MAIN_INIT(argc, argv);
@@ -479,5 +496,6 @@ int main(int argc, char **argv)
     RUN(test_threads_patch_unpatch_cycles);
     RUN(test_blindspot_report);
     RUN(test_errors_and_names);
+    RUN(test_dlopen_after_unpatch);
     CHECK_EXIT();
 }
