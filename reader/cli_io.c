@@ -5,6 +5,7 @@
  */
 #include "cli.h"
 #include "report.h"
+#include "mlz_format.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -51,7 +52,8 @@ int cli_out_open(const char *cmd, const char *path, cli_out *o)
     /* A device or a pipe (-o /dev/null, a fifo) is written as it is: a
      * rename over it would replace it with a regular file. */
     struct stat st;
-    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+    int exists = stat(path, &st) == 0;
+    if (exists && !S_ISREG(st.st_mode)) {
         o->f = fopen(path, "w");
         if (!o->f) {
             int rc = cli_error(cmd, "%s: %s", path, strerror(errno));
@@ -59,6 +61,16 @@ int cli_out_open(const char *cmd, const char *path, cli_out *o)
             return rc;
         }
         return 0;
+    }
+    /* A report replaces a report, never a trace: `export -o t.mlyze
+     * t.mlyze` once replaced the recording with its own flame graph. */
+    char magic[4];
+    FILE *old = exists ? fopen(path, "rb") : NULL;
+    int is_trace = old && fread(magic, 1, 4, old) == 4 && !memcmp(magic, MLZ_MAGIC, 4);
+    if (old) fclose(old);
+    if (is_trace) {
+        free(o->path);
+        return cli_error(cmd, "%s is a memlyze trace: not replacing it with a report (choose another -o)", path);
     }
     if (asprintf(&o->tmp, "%s.%d.tmp", path, (int)getpid()) < 0) {
         free(o->path);

@@ -64,6 +64,15 @@ if [ "$(id -u)" -eq 0 ]; then
 else
     skip "export to a character device" "needs root for mknod"
 fi
+# A report never replaces a trace (its own input, or another).
+cp "$T/dev.mlyze" "$T/victim.mlyze"
+check "export -o onto its own input trace is refused" \
+    bash -c "! '$MEMLYZE' export --format folded -o '$T/victim.mlyze' '$T/victim.mlyze' 2>/dev/null"
+check "the refused trace is intact" cmp "$T/dev.mlyze" "$T/victim.mlyze"
+check "flamegraph -o onto another trace is refused" \
+    bash -c "! '$MEMLYZE' flamegraph -o '$T/victim.mlyze' '$T/dev.mlyze' 2>/dev/null && cmp '$T/dev.mlyze' '$T/victim.mlyze'"
+check "export -o onto an older report replaces it" \
+    bash -c "echo old > '$T/rep.txt' && '$MEMLYZE' export --format folded -o '$T/rep.txt' '$T/dev.mlyze' && ! grep -qx old '$T/rep.txt'"
 check "unknown command exits 2" bash -c "'$MEMLYZE' frobnicate 2>/dev/null; [ \$? -eq 2 ]"
 check "bad option exits 2" bash -c "'$MEMLYZE' top --bogus x 2>/dev/null; [ \$? -eq 2 ]"
 # Numbers that strtod takes but no time or share is: a usage error each,
