@@ -76,6 +76,7 @@ typedef struct scan {
     char module[128];                /* innermost frame outside libc and ld.so, below a loader frame */
     int below_loader;
     int frames;
+    int past_libc;                   /* a frame outside libc was seen */
     int max_frames;                  /* how deep to look */
     char why[256];
     uint64_t malloc_lo, malloc_hi;   /* runtime span of libc's malloc.c, or 0 */
@@ -134,9 +135,13 @@ static int frame_cb(Dwfl_Frame *f, void *arg)
     if (!act && pc) pc--;              /* a return address: look at the call */
     s->frames++;
     Dwfl_Module *m = dwfl_addrmodule(dwfl_thread_dwfl(dwfl_frame_thread(f)), pc);
-    if (!m) return s->frames > 64 ? DWARF_CB_ABORT : DWARF_CB_OK;
+    if (!m) {
+        s->past_libc = 1;
+        return s->frames > 64 ? DWARF_CB_ABORT : DWARF_CB_OK;
+    }
     const char *mname = dwfl_module_info(m, NULL, NULL, NULL, NULL, NULL, NULL, NULL);
     const char *sym = dwfl_module_addrname(m, pc);
+    if (!mname || !mlz_proc_is_libc(mname)) s->past_libc = 1;
     if (mlz__verbose > 1)
         mlz__note("  #%d 0x%llx %s in %s", s->frames - 1, (unsigned long long)pc, sym ? sym : "?", mname ? mname : "?");
     if (mname && mlz_proc_is_ldso(mname)) {
@@ -327,8 +332,18 @@ static int scan_once(mlz_tgroup *g, const mlz_glibc_locks *L, pid_t *tid, char *
         if (mlz__verbose > 1)
             mlz__note("unwinding thread %d (stop %d, rax %lld, orig_rax %lld)", (int)t->tid, t->state,
                       (long long)t->regs.rax, (long long)t->regs.orig_rax);
-        if (dwfl_getthread_frames(d, t->tid, frame_cb, &s) && mlz__verbose > 1)
+        int rc = dwfl_getthread_frames(d, t->tid, frame_cb, &s);
+        if (rc && mlz__verbose > 1)
             mlz__note("  unwind of %d ended: %s", (int)t->tid, dwfl_errmsg(-1));
+        /* An unwind that failed before leaving libc tells nothing of what
+         * the thread holds: with libc mapped twice (a dlmopen namespace) it
+         * stopped at malloc_consolidate, whose malloc.c span could not be
+         * looked up, and the borrowed thread's calloc waited for its own
+         * arena's lock for good. */
+        if (rc < 0 && !s.unsafe && !s.past_libc && s.frames > 0) {
+            snprintf(s.why, sizeof s.why, "stopped in libc, where its stack could not be unwound");
+            s.unsafe = 1;
+        }
         t->unsafe = s.unsafe || s.frames == 0;
         if (!s.unsafe && s.frames > 0) *tid = t->tid;
         else if (s.unsafe) {
