@@ -56,8 +56,16 @@
 
 /* The column loops in two copies, picked once by the CPU: AVX2 widens and
  * sums 32 bytes per instruction, baseline x86-64 (SSE2) 16, with more
- * shuffles to widen bytes to 64-bit values. */
-#if defined(__x86_64__) && defined(__GNUC__)
+ * shuffles to widen bytes to 64-bit values. Not in sanitizer builds: the
+ * copy is picked by an ifunc resolver, which runs while the program is
+ * relocated, before the sanitizer's runtime (TSan crashed there). */
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define MLZ_NO_CLONES 1
+#endif
+#endif
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__SANITIZE_ADDRESS__) && \
+    !defined(__SANITIZE_THREAD__) && !defined(MLZ_NO_CLONES)
 #define COLUMN_LOOPS __attribute__((target_clones("avx2", "default")))
 #else
 #define COLUMN_LOOPS

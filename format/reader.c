@@ -69,6 +69,7 @@ struct mlz_reader {
 
     mlz_index_entry *idx;
     size_t nidx;
+    int idx_empty;            /* a valid index of no blocks (a file of no events) */
 };
 
 const char *mlz_rule_name(int rule)
@@ -161,6 +162,11 @@ static void load_index(mlz_reader *r, const char *path)
         mlz_get_u64(ih + 40) != r->h.event_count)
         goto stale;
     uint64_t n = mlz_get_u64(ih + 24);
+    if (n == 0 && r->stream_end == r->data_off && fgetc(f) == EOF) {   /* no events, no blocks */
+        fclose(f);
+        r->idx_empty = 1;
+        return;
+    }
     if (n == 0 || n > r->file_size / 8) goto stale;
     v = calloc((size_t)n, sizeof *v);
     if (!v) goto stale;
@@ -185,7 +191,7 @@ stale:
     fclose(f);
 }
 
-int mlz_reader_has_index(const mlz_reader *r) { return r->nidx > 0; }
+int mlz_reader_has_index(const mlz_reader *r) { return r->nidx > 0 || r->idx_empty; }
 
 /* ------------------------------------------------------------ open/close */
 
@@ -755,6 +761,7 @@ static int end_of_stream(mlz_reader *r, mlz_error *err)
 }
 
 static int check_stacks(mlz_reader *r, const mlz_split_cols *c, mlz_error *err);
+static int unknown_stack(mlz_reader *r, uint64_t id, mlz_error *err);
 
 /* SPLIT mode: the GC, MARKER or extension event of type t whose v1 bytes
  * after the delta come next in the other-events stream, re-framed as v1
@@ -808,6 +815,7 @@ static int next_split_event(mlz_reader *r, mlz_event *ev, mlz_error *err)
     if (t == MLZ_EV_ALLOC) {
         uint32_t a = r->sp_a++;
         uint64_t size = c->a_size[a], stack = c->a_stack[a];
+        if (r->spool && !stack_known(r, stack)) return unknown_stack(r, stack, err);
         *ev = (mlz_event){ .type = t, .delta_us = d, .time_us = time, .offset = r->block_off,
                            .enc_len = (uint32_t)mlz_v1_alloc_len(d, size, stack), .addr = c->a_addr[a],
                            .size = size, .stack_id = stack, .thread = c->a_thread[a] };
@@ -910,8 +918,18 @@ int mlz_reader_seek_time(mlz_reader *r, uint64_t t_us, mlz_error *err)
 }
 
 /* Rule 4 over a column of stack ids; consecutive repeats are checked once. */
+static int unknown_stack(mlz_reader *r, uint64_t id, mlz_error *err)
+{
+    return mlz__error_set(err, MLZ_RULE_REFERENCE, r->block_off, "ALLOC names stack %llu, which is not in %s",
+                          (unsigned long long)id, r->spool ? "a preceding STACK_RAW event" : "stack_traces");
+}
+
+/* A spool's block may hold the STACK_RAW events its ALLOCs name: there the
+ * check goes in event order (next_split_event, mlz_reader_next_block), and
+ * here returns 0. */
 static int check_stacks(mlz_reader *r, const mlz_split_cols *c, mlz_error *err)
 {
+    if (r->spool) return 0;
     /* A trace's stack ids are usually dense: then a block whose ids lie
      * within them is checked by its smallest and largest (the decoder
      * finds them), not id by id. */
@@ -927,9 +945,7 @@ static int check_stacks(mlz_reader *r, const mlz_split_cols *c, mlz_error *err)
         if (id == last && last_ok) continue;
         last = id;
         last_ok = stack_known(r, id);
-        if (!last_ok)
-            return mlz__error_set(err, MLZ_RULE_REFERENCE, r->block_off, "ALLOC names stack %llu, which is not in %s",
-                          (unsigned long long)id, r->spool ? "a preceding STACK_RAW event" : "stack_traces");
+        if (!last_ok) return unknown_stack(r, id, err);
     }
     return 0;
 }
@@ -947,7 +963,7 @@ int mlz_reader_next_block(mlz_reader *r, mlz_block_view *b, mlz_error *err)
     /* GC, MARKER and extension events get the checks mlz_reader_next gives. */
     r->sp_o = 0;
     uint32_t no = c->n - c->nalloc - c->nfree;
-    if (no) {
+    if (no || r->spool) {
         if (r->o_len_cap < no) {
             uint32_t *v = realloc(r->o_len, no * sizeof *v);
             if (v) r->o_len = v;
@@ -957,8 +973,11 @@ int mlz_reader_next_block(mlz_reader *r, mlz_block_view *b, mlz_error *err)
             r->o_len_cap = no;
         }
         mlz_event ev;
-        for (uint32_t i = 0, j = 0; i < c->n; i++)
-            if (c->kind[i] != MLZ_EV_ALLOC && c->kind[i] != MLZ_EV_FREE) {
+        for (uint32_t i = 0, j = 0, a = 0; i < c->n; i++)
+            if (c->kind[i] == MLZ_EV_ALLOC) {
+                if (r->spool && !stack_known(r, c->a_stack[a])) return unknown_stack(r, c->a_stack[a], err);
+                a++;
+            } else if (c->kind[i] != MLZ_EV_FREE) {
                 if (split_other_event(r, c->kind[i], c->delta[i], &ev, err)) return -1;
                 r->o_name[j] = ev.type == MLZ_EV_MARKER ? ev.name_id : 0;
                 r->o_len[j++] = ev.enc_len;

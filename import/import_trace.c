@@ -168,7 +168,7 @@ static char *meta_json(const imp_trace *t, const imp_info *info, char *err, size
     json_object_set_new(root, "kind", json_string("trace"));
     json_object_set_new(root, "rate", json_integer(1));
     if (info->pid >= 0) json_object_set_new(root, "pid", json_integer(info->pid));
-    if (info->exe) json_object_set_new(root, "exe", json_string(info->exe));
+    if (info->exe) json_object_set_new(root, "exe", utf8_string(info->exe));
     json_object_set_new(root, "clock", json_string("realtime"));
     json_object_set_new(root, "imported_from", json_string(info->source));
     if (info->extra_json) {

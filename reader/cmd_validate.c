@@ -51,7 +51,8 @@ static int run(int argc, char **argv)
             printf("%s: ok (%llu events, %zu stacks%s%s%s)\n", argv[i], (unsigned long long)n,
                    m->nstacks, (h->flags & MLZ_FLAG_LZ4) ? ", lz4" : (h->flags & MLZ_FLAG_SPLIT) ? ", split" : "",
                    (h->flags & MLZ_FLAGS_BLOCKS) && !mlz_reader_has_index(r) ? ", index missing or stale" : "",
-                   m->kind ? (m->kind[0] == 's' && m->kind[1] == 'p' ? ", spool" : "") : ", plain v1");
+                   m->kind ? (m->kind[0] == 's' && m->kind[1] == 'p' ? ", spool" : "")
+                           : (h->flags & MLZ_FLAGS_BLOCKS) ? ", metadata of a plain v1 file" : ", plain v1");
         }
         mlz_reader_close(r);
     }

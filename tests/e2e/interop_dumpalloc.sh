@@ -58,6 +58,10 @@ assert s['make_thing (odd.c:42)']['frames'] == ['make_thing (odd.c:42)', '0x4012
 assert s['make_thing (odd.c:42)']['live_count'] == 0
 assert s['big_thing (odd.c:7)']['live_bytes'] == 4096
 "
+python3 "$ROOT/tests/e2e/interop/dumpalloc.py" make latin1 "$T/latin1.da"
+"$MEMLYZE" import dumpalloc -o "$T/latin1.mlyze" "$T/latin1.da" 2>/dev/null
+check "a PROC name that is not UTF-8 is kept, '?' for its odd byte" bash -c \
+    "'$MEMLYZE' dump '$T/latin1.mlyze' | grep '^meta' | grep -q '\"exe\":\"caf?-server\"'"
 check "odd: PROC and OBJE kept in the metadata" bash -c \
     "'$MEMLYZE' dump '$T/odd.mlyze' | grep '^meta' | grep -q '\"pid\":77.*\"exe\":\"/usr/bin/odd\"' && '$MEMLYZE' dump '$T/odd.mlyze' | grep -q 'dumpalloc_objects\":\[\"/usr/lib/libodd.so\"\]'"
 

@@ -25,6 +25,37 @@ check "convert: split -> v1 -> split byte-identical" cmp "$T/d.mlyze" "$T/d2.spl
 "$MEMLYZE" convert --format lz4 -o "$T/d.lz4" "$T/d2.split"
 "$MEMLYZE" convert --format v1 -o "$T/d3.v1" "$T/d.lz4"
 check "convert: via lz4 byte-identical too" cmp "$T/d.v1" "$T/d3.v1"
+# A spool names its stacks in STACK_RAW events of the same block as the
+# ALLOCs that use them: the split reader checks them in event order.
+cat > "$T/spool.txt" <<'EOF'
+mlyze-dump 1
+header version=1 start_us=1000 flags=0x1 stream_len=0 event_count=0 raw_len=0
+meta {"kind":"spool","stack_traces":{},"files":{},"functions":{}}
+ext type=16 dt=0 t=0 len=3 data=010110
+alloc dt=1 t=0 addr=0x1000 size=8 stack=1 thread=1
+end events=2
+EOF
+"$MEMLYZE" undump -o "$T/spool.mlyze" "$T/spool.txt"
+"$MEMLYZE" convert --format split -o "$T/spool.split" "$T/spool.mlyze"
+check "spool -> split: valid (a STACK_RAW before its ALLOC, in one block)" "$MEMLYZE" validate "$T/spool.split"
+"$MEMLYZE" convert --format v1 -o "$T/spool.v1" "$T/spool.split"
+check "spool -> split -> v1 byte-identical" cmp "$T/spool.mlyze" "$T/spool.v1"
+# The split spool's dump, with the ALLOC naming another stack, written
+# back as a split spool.
+"$MEMLYZE" dump "$T/spool.split" | sed 's/stack=1 /stack=2 /' > "$T/spool2.txt"
+"$MEMLYZE" undump -o "$T/spool2.split" "$T/spool2.txt"
+check "spool in split: an ALLOC naming a stack no STACK_RAW gave is rejected" \
+    bash -c "'$MEMLYZE' validate '$T/spool2.split' 2>&1 | grep -q 'rule 4.*stack 2'"
+
+# A file of no events: its index of no blocks is valid, and a file without
+# memlyze's kind is named by its metadata, not as plain v1 when it is split.
+printf '%s\n' 'mlyze-dump 1' 'header version=1 start_us=1000 flags=0x1 stream_len=0 event_count=0 raw_len=0' \
+    'meta {"stack_traces":{},"files":{},"functions":{}}' 'end events=0' > "$T/zero.txt"
+"$MEMLYZE" undump -o "$T/zero.mlyze" "$T/zero.txt"
+"$MEMLYZE" convert --format split -o "$T/zero.split" "$T/zero.mlyze"
+check "no events: split file valid, its index current, no plain-v1 label" \
+    bash -c "'$MEMLYZE' validate '$T/zero.split' | grep -q '^.*: ok (0 events, 0 stacks, split, metadata of a plain v1 file)\$'"
+
 # Allowed one CPU the writer encodes alone; with two, on a second thread
 # too (400k events: several blocks). The same file and index either way.
 if [ "$(nproc)" -ge 2 ]; then

@@ -85,6 +85,10 @@ def make(kind, out):
         d += rec(b'DALC', struct.pack('<Q', 0x1000))
         d += rec(b'DALC', struct.pack('<Q', 0xdead0))   # never allocated
         d += fram(b'TERM')                              # stray: outside a chain
+    elif kind == 'latin1':
+        # a process name that is not UTF-8 (ISO-8859-1 e acute)
+        d = rec(b'PROC', struct.pack('<I', 78) + struct.pack('<I', 11) + b'caf\xe9-server')
+        d += aloc(0x1000, 1700000000, 5000) + fram(b'TERM')
     elif kind == 'past-end':
         d = aloc(0x1000, 1, 0) + fram(b'TERM') + b'DALC' + struct.pack('<I', 800) + b'\0' * 8
     elif kind == 'short-header':
