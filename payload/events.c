@@ -968,6 +968,10 @@ void mlz__drain_forget(void)
 
 void mlz__drain_release(void)
 {
+    /* No ring is claimed from now on (ring_first_use): a hook reached
+     * after the detach through a pointer the program kept would map a new
+     * chunk nobody releases. */
+    ring_size = 0;
     /* Every ring, not only those below nrings: one claimed while a detach
      * ran must not keep an owner into the next session. */
     chunks_release(&rec_chunks);
@@ -979,6 +983,7 @@ void mlz__drain_release(void)
         atomic_fetch_add(&samples_shared, rings[i].samples);
         atomic_fetch_add(&frees_shared, rings[i].frees_tracked);
         rings[i].samples = rings[i].frees_tracked = 0;
+        rings[i].nstash = 0;
         atomic_store(&rings[i].owner, 0);
         atomic_store(&rings[i].head, 0);
         atomic_store(&rings[i].tail, 0);
