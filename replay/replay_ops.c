@@ -70,8 +70,27 @@ static uint16_t worker_of(builder *b, uint16_t thread)
 }
 
 /* One recorded allocation: `copies` blocks (1 unless weighted). */
+/* Frees every copy of the block o (taken from the live map at addr). */
+static int free_copies(builder *b, const addr_obj *o, uint64_t addr, uint16_t worker, uint64_t t)
+{
+    uint32_t copies = o->thread ? o->thread : 1;
+    for (uint32_t i = 0; i < copies; i++) {
+        addr_obj c = *o;
+        if (i > 0 && !addrmap_take(&b->live, addr ^ ((uint64_t)i << 48), &c)) continue;
+        replay_op op = { .kind = RP_FREE, .worker = worker, .slot = c.site, .time_us = t };
+        if (put(b, &op) || slot_give(b, c.site)) return -1;
+        note_live(b, -(int64_t)c.size);
+    }
+    return 0;
+}
+
 static int on_alloc(builder *b, const mlz_event *ev, uint16_t worker, uint64_t t)
 {
+    /* The address came back without a recorded free: the old block was
+     * freed (the trace missed it), so the replay frees it too, every copy,
+     * before the new one's copies take their keys and its bytes count. */
+    addr_obj old;
+    if (addrmap_take(&b->live, ev->addr, &old) && free_copies(b, &old, ev->addr, worker, t)) return -1;
     uint32_t copies = 1;
     if (b->p->weighted) {
         double w = mlz_weight_count(ev->size, b->rates.v[b->rates.cur]);
@@ -92,16 +111,8 @@ static int on_alloc(builder *b, const mlz_event *ev, uint16_t worker, uint64_t t
             if (addrmap_put(&b->live, &c, NULL) < 0) return -1;
         }
     }
-    addr_obj o = { .addr = ev->addr, .size = ev->size, .site = (uint32_t)first, .thread = (uint16_t)copies }, old;
-    int had = addrmap_put(&b->live, &o, &old);
-    if (had < 0) return -1;
-    if (had) {
-        /* The address came back without a recorded free: the old block
-         * was freed (the trace missed it), so the replay frees it too. */
-        replay_op op = { .kind = RP_FREE, .worker = worker, .slot = old.site, .time_us = t };
-        if (put(b, &op) || slot_give(b, old.site)) return -1;
-        note_live(b, -(int64_t)old.size);
-    }
+    addr_obj o = { .addr = ev->addr, .size = ev->size, .site = (uint32_t)first, .thread = (uint16_t)copies };
+    if (addrmap_put(&b->live, &o, NULL) < 0) return -1;
     b->p->allocs++;
     return 0;
 }
@@ -113,15 +124,7 @@ static int on_free(builder *b, uint64_t addr, uint16_t worker, uint64_t t, addr_
         return 1;
     }
     b->p->frees++;
-    uint32_t copies = o->thread ? o->thread : 1;
-    for (uint32_t i = 0; i < copies; i++) {
-        addr_obj c = *o;
-        if (i > 0 && !addrmap_take(&b->live, addr ^ ((uint64_t)i << 48), &c)) continue;
-        replay_op op = { .kind = RP_FREE, .worker = worker, .slot = c.site, .time_us = t };
-        if (put(b, &op) || slot_give(b, c.site)) return -1;
-        note_live(b, -(int64_t)c.size);
-    }
-    return 0;
+    return free_copies(b, o, addr, worker, t);
 }
 
 int replay_plan_build(const char *path, int weighted, replay_plan *plan, char *err, size_t errlen)

@@ -63,6 +63,21 @@ check "sampled: refused without --force, one line that says why" bash -c \
 check "sampled --force: labelled an estimate" bash -c "'$MEMLYZE' replay --force --allocator glibc '$T/ks.mlyze' | grep -q '^ESTIMATE: a sampled trace (rate 4096)'"
 check "sampled --force: the weights scale the blocks (site_malloc alone holds ~100000 B live)" bash -c \
     "'$MEMLYZE' replay --force --allocator glibc --json '$T/ks.mlyze' | python3 -c \"import json,sys; d = json.load(sys.stdin); assert d['estimate'] and 200000 < d['live_at_end_bytes'] < 1000000, d\""
+# An address allocated again without a FREE: the old block (every one of
+# its weighted copies) is freed before the new one counts.
+printf '%s\n' 'mlyze-dump 1' 'header version=1 start_us=1000000 flags=0x1 stream_len=0 event_count=0 raw_len=0' \
+    'meta {"kind":"trace","stack_traces":{"0":[{"file_id":0,"line":1,"func_id":0}]},"files":{"0":"a.c"},"functions":{"0":"f"},"rate":RATE}' \
+    'alloc dt=0 t=0 addr=0x1000 size=SIZE stack=0 thread=1' 'alloc dt=1000 t=0 addr=0x1000 size=SIZE stack=0 thread=1' \
+    'alloc dt=1000 t=0 addr=0x2000 size=50 stack=0 thread=1' 'free dt=1000 t=0 addr=0x2000' \
+    'free dt=1000 t=0 addr=0x1000' 'end events=5' > "$T/again.in"
+sed 's/RATE/1/; s/SIZE/100/g' "$T/again.in" > "$T/again1.txt"
+sed 's/RATE/1024/; s/SIZE/16/g' "$T/again.in" > "$T/again2.txt"
+"$MEMLYZE" undump -o "$T/again1.mlyze" "$T/again1.txt"
+"$MEMLYZE" undump -o "$T/again2.mlyze" "$T/again2.txt"
+check "address again without a FREE, exact: peak 150 B (not 250), nothing live at the end" bash -c \
+    "'$MEMLYZE' replay --allocator glibc --json '$T/again1.mlyze' | python3 -c \"import json,sys; d = json.load(sys.stdin); assert d['peak_live_bytes'] == 150 and d['live_at_end_bytes'] == 0, d\""
+check "address again without a FREE, weighted: every copy of the old block freed" bash -c \
+    "'$MEMLYZE' replay --force --allocator glibc --json '$T/again2.mlyze' | python3 -c \"import json,sys; d = json.load(sys.stdin); assert d['live_at_end_bytes'] == 0, d\""
 check "bad allocator name: usage error" bash -c "'$MEMLYZE' replay --allocator nosuch '$T/tiny.mlyze' 2>/dev/null; [ \$? -eq 2 ]"
 check "missing library path: its row says so, exit 1, the others still run" bash -c \
     "'$MEMLYZE' replay --allocator glibc,/nonexistent/libx.so '$T/timed.mlyze' > '$T/bad.txt'; [ \$? -eq 1 ] && grep -q '^/nonexistent/libx.so /nonexistent/libx.so: No such file' '$T/bad.txt' && grep -q '^glibc .*libc.so' '$T/bad.txt'"
