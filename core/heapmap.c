@@ -402,12 +402,6 @@ int mlz_heapmap_remove(mlz_heapmap *m, uint64_t ptr, mlz_heap_entry *out_copy)
     return 0;
 }
 
-int mlz_heapmap_holds(const mlz_heapmap *m, uint64_t ptr)
-{
-    uint64_t i = 0;
-    return is_pointer(ptr) && find_from(m, ptr, &i) != NULL;
-}
-
 size_t mlz_heapmap_foreach(const mlz_heapmap *m,
                            void (*cb)(const mlz_heap_entry *copy, void *arg), void *arg)
 {

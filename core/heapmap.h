@@ -111,9 +111,6 @@ void mlz_heapmap_cancel(mlz_heapmap *m, int64_t slot);
  * write. */
 int mlz_heapmap_remove(mlz_heapmap *m, uint64_t ptr, mlz_heap_entry *out_copy);
 
-/* Whether ptr has an entry, published or being inserted. Only reads. */
-int mlz_heapmap_holds(const mlz_heapmap *m, uint64_t ptr);
-
 /* Calls cb with a private, consistent copy of every published entry; the
  * callback may not touch the map. Returns the number of entries yielded.
  * Entries inserted or removed during the walk may or may not be seen. */

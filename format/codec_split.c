@@ -59,13 +59,14 @@
  * shuffles to widen bytes to 64-bit values. Not in sanitizer builds: the
  * copy is picked by an ifunc resolver, which runs while the program is
  * relocated, before the sanitizer's runtime (TSan crashed there). */
-#if defined(__has_feature)
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define SANITIZED 1                    /* GCC */
+#elif defined(__has_feature)
 #if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define MLZ_NO_CLONES 1
+#define SANITIZED 1                    /* clang */
 #endif
 #endif
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__SANITIZE_ADDRESS__) && \
-    !defined(__SANITIZE_THREAD__) && !defined(MLZ_NO_CLONES)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(SANITIZED)
 #define COLUMN_LOOPS __attribute__((target_clones("avx2", "default")))
 #else
 #define COLUMN_LOOPS

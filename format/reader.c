@@ -356,6 +356,13 @@ static int stack_known(const mlz_reader *r, uint64_t id)
     return r->spool ? seen_has(r, id) : mlz_meta_stack(&r->meta, id) != NULL;
 }
 
+/* Rule 4's error for an ALLOC at off naming stack id. */
+static int unknown_stack(const mlz_reader *r, uint64_t id, uint64_t off, mlz_error *err)
+{
+    return mlz__error_set(err, MLZ_RULE_REFERENCE, off, "ALLOC names stack %llu, which is not in %s",
+                          (unsigned long long)id, r->spool ? "a preceding STACK_RAW event" : "stack_traces");
+}
+
 enum { NEED_MORE = 0 };
 
 #define GETV(dst) do { \
@@ -422,9 +429,7 @@ static int parse_event(mlz_reader *r, const uint8_t *p, const uint8_t *end,
         GETV(ev->size);
         GETV(ev->stack_id);
         NEED(2); ev->thread = mlz_get_u16(p + n); n += 2;
-        if (!stack_known(r, ev->stack_id))
-            return mlz__error_set(err, MLZ_RULE_REFERENCE, off, "ALLOC names stack %llu, which is not in %s",
-                          (unsigned long long)ev->stack_id, r->spool ? "a preceding STACK_RAW event" : "stack_traces");
+        if (!stack_known(r, ev->stack_id)) return unknown_stack(r, ev->stack_id, off, err);
         break;
     case MLZ_EV_FREE:
         NEED(8); ev->addr = mlz_get_u64(p + n); n += 8;
@@ -761,7 +766,6 @@ static int end_of_stream(mlz_reader *r, mlz_error *err)
 }
 
 static int check_stacks(mlz_reader *r, const mlz_split_cols *c, mlz_error *err);
-static int unknown_stack(mlz_reader *r, uint64_t id, mlz_error *err);
 
 /* SPLIT mode: the GC, MARKER or extension event of type t whose v1 bytes
  * after the delta come next in the other-events stream, re-framed as v1
@@ -815,7 +819,7 @@ static int next_split_event(mlz_reader *r, mlz_event *ev, mlz_error *err)
     if (t == MLZ_EV_ALLOC) {
         uint32_t a = r->sp_a++;
         uint64_t size = c->a_size[a], stack = c->a_stack[a];
-        if (r->spool && !stack_known(r, stack)) return unknown_stack(r, stack, err);
+        if (r->spool && !stack_known(r, stack)) return unknown_stack(r, stack, r->block_off, err);
         *ev = (mlz_event){ .type = t, .delta_us = d, .time_us = time, .offset = r->block_off,
                            .enc_len = (uint32_t)mlz_v1_alloc_len(d, size, stack), .addr = c->a_addr[a],
                            .size = size, .stack_id = stack, .thread = c->a_thread[a] };
@@ -917,14 +921,8 @@ int mlz_reader_seek_time(mlz_reader *r, uint64_t t_us, mlz_error *err)
     }
 }
 
-/* Rule 4 over a column of stack ids; consecutive repeats are checked once. */
-static int unknown_stack(mlz_reader *r, uint64_t id, mlz_error *err)
-{
-    return mlz__error_set(err, MLZ_RULE_REFERENCE, r->block_off, "ALLOC names stack %llu, which is not in %s",
-                          (unsigned long long)id, r->spool ? "a preceding STACK_RAW event" : "stack_traces");
-}
-
-/* A spool's block may hold the STACK_RAW events its ALLOCs name: there the
+/* Rule 4 over a column of stack ids; consecutive repeats are checked once.
+ * A spool's block may hold the STACK_RAW events its ALLOCs name: there the
  * check goes in event order (next_split_event, mlz_reader_next_block), and
  * here returns 0. */
 static int check_stacks(mlz_reader *r, const mlz_split_cols *c, mlz_error *err)
@@ -945,7 +943,7 @@ static int check_stacks(mlz_reader *r, const mlz_split_cols *c, mlz_error *err)
         if (id == last && last_ok) continue;
         last = id;
         last_ok = stack_known(r, id);
-        if (!last_ok) return unknown_stack(r, id, err);
+        if (!last_ok) return unknown_stack(r, id, r->block_off, err);
     }
     return 0;
 }
@@ -975,7 +973,7 @@ int mlz_reader_next_block(mlz_reader *r, mlz_block_view *b, mlz_error *err)
         mlz_event ev;
         for (uint32_t i = 0, j = 0, a = 0; i < c->n; i++)
             if (c->kind[i] == MLZ_EV_ALLOC) {
-                if (r->spool && !stack_known(r, c->a_stack[a])) return unknown_stack(r, c->a_stack[a], err);
+                if (r->spool && !stack_known(r, c->a_stack[a])) return unknown_stack(r, c->a_stack[a], r->block_off, err);
                 a++;
             } else if (c->kind[i] != MLZ_EV_FREE) {
                 if (split_other_event(r, c->kind[i], c->delta[i], &ev, err)) return -1;

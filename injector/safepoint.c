@@ -135,13 +135,10 @@ static int frame_cb(Dwfl_Frame *f, void *arg)
     if (!act && pc) pc--;              /* a return address: look at the call */
     s->frames++;
     Dwfl_Module *m = dwfl_addrmodule(dwfl_thread_dwfl(dwfl_frame_thread(f)), pc);
-    if (!m) {
-        s->past_libc = 1;
-        return s->frames > 64 ? DWARF_CB_ABORT : DWARF_CB_OK;
-    }
-    const char *mname = dwfl_module_info(m, NULL, NULL, NULL, NULL, NULL, NULL, NULL);
-    const char *sym = dwfl_module_addrname(m, pc);
+    const char *mname = m ? dwfl_module_info(m, NULL, NULL, NULL, NULL, NULL, NULL, NULL) : NULL;
     if (!mname || !mlz_proc_is_libc(mname)) s->past_libc = 1;
+    if (!m) return s->frames > 64 ? DWARF_CB_ABORT : DWARF_CB_OK;
+    const char *sym = dwfl_module_addrname(m, pc);
     if (mlz__verbose > 1)
         mlz__note("  #%d 0x%llx %s in %s", s->frames - 1, (unsigned long long)pc, sym ? sym : "?", mname ? mname : "?");
     if (mname && mlz_proc_is_ldso(mname)) {

@@ -67,24 +67,28 @@ static void leave(_Atomic uint64_t *f)
     atomic_store_explicit(f, atomic_load_explicit(f, memory_order_relaxed) - 1, memory_order_release);
 }
 
-/* The end of a stretch in our code (in_hook set). FREEs a signal handler
- * stashed in the thread's ring meanwhile (interrupted_free) and that no
- * record of the path has taken along are pushed now, still as a sample
- * path: a handler arriving during the flush stashes too, and one arriving
- * after it records its own. */
+/* Pushes the FREEs a signal handler stashed in the thread's ring
+ * (interrupted_free) that no record of the path took along, as a sample
+ * path (a handler arriving meanwhile stashes too). 0 if detached. */
+static MLZ_NOINLINE int flush_stash(mlz_tls *t)
+{
+    t->s.in_hook = MLZ_HOOK_SAMPLING;
+    _Atomic uint64_t *f = enter(&mlz__g.active_free, t->ring);
+    if (!f) {
+        t->s.in_hook = MLZ_HOOK_OUT;
+        return 0;
+    }
+    mlz__stash_flush(t->ring);
+    leave(f);
+    return 1;
+}
+
+/* The end of a stretch in our code (in_hook set). The stash is looked at
+ * after the flag is down: a handler that comes later records its own. */
 static inline void leave_hook(mlz_tls *t)
 {
-    while (mlz_unlikely(t->ring && mlz__stash_pending(t->ring))) {
-        t->s.in_hook = MLZ_HOOK_SAMPLING;
-        _Atomic uint64_t *f = enter(&mlz__g.active_free, t->ring);
-        if (f) {
-            mlz__stash_flush(t->ring);
-            leave(f);
-        }
-        __atomic_store_n(&t->s.in_hook, MLZ_HOOK_OUT, __ATOMIC_RELEASE);
-        if (!f) break;
-    }
-    __atomic_store_n(&t->s.in_hook, MLZ_HOOK_OUT, __ATOMIC_RELEASE);
+    do __atomic_store_n(&t->s.in_hook, MLZ_HOOK_OUT, __ATOMIC_RELEASE);
+    while (mlz_unlikely(t->ring && mlz__stash_pending(t->ring)) && flush_stash(t));
 }
 
 static MLZ_COLD MLZ_NOINLINE void thread_init(mlz_tls *t)
@@ -275,15 +279,21 @@ static int untrack(void *p, mlz_heap_entry *old)
     return mlz_heapmap_remove(&mlz__g.map, (uint64_t)p, old);
 }
 
+/* After untrack: p's cells leave the filter. born: the entry was
+ * published (time_ns != 0); unknown in exact mode, whose filter is
+ * saturated and never cleared. An insert that died during birth (time 0)
+ * may not have added its counts yet: taking them out could hide another
+ * sample. */
+static void filter_forget(void *p, int born)
+{
+    if (born && mlz__g.rate > 1) mlz_bloom_remove(&mlz__g.bloom, (uint64_t)(uintptr_t)p);
+}
+
 /* record_free: after untrack, once p is really gone. Its time is taken
- * now, after the removal (see the ordering rules above). born: the entry
- * was published (time_ns != 0), so its cells are in the filter; unknown
- * in exact mode, whose filter is saturated and never cleared. */
+ * now, after the removal (see the ordering rules above). */
 static void record_free(mlz_ring *ring, void *p, int born)
 {
-    /* An insert that died during birth (time 0) may not have added its
-     * counts yet: taking them out could hide another sample. */
-    if (born && mlz__g.rate > 1) mlz_bloom_remove(&mlz__g.bloom, (uint64_t)p);
+    filter_forget(p, born);
     if (mlz__push(ring, MLZ_REC_FREE, mlz__now_ns(), (uint64_t)p, 0, 0)) mlz__count_free(ring);
 }
 
@@ -301,9 +311,10 @@ static MLZ_NOINLINE int untrack_kept(void *p, kept_entry *k)
     return 1;
 }
 
-/* A free (or realloc) by a signal handler while its thread is in a sample
- * path (in_hook MLZ_HOOK_SAMPLING), which must not push to the thread's
- * ring: the path may be half-way through a push. The entry goes now (the
+/* A free (or realloc) while the thread is in our code (in_hook set): a
+ * signal handler's, which must not push to the thread's ring (the path it
+ * interrupted may be half-way through a push), or our own code's, whose
+ * blocks are never in the map. The entry goes now (the
  * map and the filter are lock-free: safe here), before the handler's real
  * free, and the FREE, stamped now, waits in the ring's stash: the path
  * pushes it before its own record (so it keeps its place among the other
@@ -317,7 +328,7 @@ static void interrupted_free(mlz_tls *t, void *p)
     if (!f) return;
     mlz_heap_entry old;
     if (untrack(p, &old)) {
-        if (old.time_ns && mlz__g.rate > 1) mlz_bloom_remove(&mlz__g.bloom, (uint64_t)(uintptr_t)p);
+        filter_forget(p, old.time_ns != 0);
         if (!mlz__stash_free(t->ring, mlz__now_ns(), (uint64_t)(uintptr_t)p))
             atomic_fetch_add_explicit(&mlz__g.c.frees_lost, 1, memory_order_relaxed);
     }
@@ -330,7 +341,7 @@ MLZ_NOINLINE void mlz__free_slow(void *p)
 {
     mlz_tls *t = &mlz__tls;
     if (t->s.in_hook) {
-        if (t->s.in_hook == MLZ_HOOK_SAMPLING) interrupted_free(t, p);
+        interrupted_free(t, p);
         return;
     }
     t->s.in_hook = MLZ_HOOK_SAMPLING;
@@ -454,8 +465,7 @@ void *mlz__realloc_common(void *p, size_t n, size_t m, void *(*call)(const void 
     mlz_ring *ring = NULL;
     if (p && mlz_unlikely(mlz_bloom_maybe(&mlz__g.bloom, (uint64_t)p))) {
         if (t->s.in_hook) {
-            /* A handler's realloc (interrupted_free). */
-            if (t->s.in_hook == MLZ_HOOK_SAMPLING) interrupted_free(t, p);
+            interrupted_free(t, p);   /* a handler's realloc */
         } else {
             t->s.in_hook = MLZ_HOOK_SAMPLING;
             ring = mlz__ring();

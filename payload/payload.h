@@ -37,10 +37,11 @@ typedef struct mlz_real_fns {
 
 /* Per-thread state: small, so it fits glibc's static TLS surplus. */
 /* What the thread is doing in the payload (mlz_tls.s.in_hook): its
- * allocations pass through uncounted in both cases, but only our own code
- * that may allocate (a thread's start-up, the drain thread) runs as
- * MLZ_HOOK_OWN. A malloc or free that finds MLZ_HOOK_SAMPLING comes from a
- * signal handler that interrupted a sample path. */
+ * allocations pass through in both cases, but only our own code that may
+ * allocate (a thread's start-up, the drain thread) runs as MLZ_HOOK_OWN,
+ * so an allocation that finds MLZ_HOOK_SAMPLING is a signal handler's
+ * (counted in exact mode). Frees are handled alike in both
+ * (hooks.c: interrupted_free). */
 enum { MLZ_HOOK_OUT = 0, MLZ_HOOK_SAMPLING = 1, MLZ_HOOK_OWN = 2 };
 
 typedef struct mlz_tls {

@@ -69,7 +69,6 @@ static uint16_t worker_of(builder *b, uint16_t thread)
     return (uint16_t)(b->workers[thread] - 1);
 }
 
-/* One recorded allocation: `copies` blocks (1 unless weighted). */
 /* Frees every copy of the block o (taken from the live map at addr). */
 static int free_copies(builder *b, const addr_obj *o, uint64_t addr, uint16_t worker, uint64_t t)
 {
@@ -84,6 +83,7 @@ static int free_copies(builder *b, const addr_obj *o, uint64_t addr, uint16_t wo
     return 0;
 }
 
+/* One recorded allocation: `copies` blocks (1 unless weighted). */
 static int on_alloc(builder *b, const mlz_event *ev, uint16_t worker, uint64_t t)
 {
     /* The address came back without a recorded free: the old block was
