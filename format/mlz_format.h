@@ -117,6 +117,7 @@ typedef struct mlz_writer {
     unsigned flags;
     int      replace, plain;
     int      err;            /* first errno seen; every later call fails */
+    int      err_in_idx;     /* ... and it concerns the index, not the main file */
     uint8_t *buf, *zbuf;
     size_t   cap, len, zcap;
     struct mlz_split_codec *split;  /* SPLIT mode's encoder */
@@ -148,6 +149,9 @@ int  mlz_writer_end_block(mlz_writer *w);
 int  mlz_writer_close(mlz_writer *w);
 /* Gives up: closes and removes the temporary files. */
 void mlz_writer_abort(mlz_writer *w);
+/* The file the first error concerns, for its message: the index beside
+ * PATH, or PATH itself. */
+const char *mlz_writer_error_path(const mlz_writer *w, const char *path);
 /* Closes the descriptors, touching no file (a fork child's copies). */
 void mlz_writer_forget(mlz_writer *w);
 /* Overrides the bytes 48..255 of the header written at close (undump). */

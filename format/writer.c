@@ -186,6 +186,17 @@ static int fail(mlz_writer *w, int e)
     return w->err;
 }
 
+static int fail_idx(mlz_writer *w, int e)
+{
+    if (!w->err) w->err_in_idx = 1;
+    return fail(w, e);
+}
+
+const char *mlz_writer_error_path(const mlz_writer *w, const char *path)
+{
+    return w->err_in_idx ? w->idx_path : path;
+}
+
 /* ------------------------------------------------------------ open/close */
 
 /* The unsealed header (the sealed one replaces it at close) and the
@@ -262,12 +273,19 @@ int mlz_writer_open(mlz_writer *w, const char *path, const mlz_writer_opts *o)
             mlz_writer_abort(w);
             return fail(w, rc);
         }
+        /* A directory in the index's place would only fail the rename at
+         * close, after all the work. */
+        struct stat st;
+        if (!stat(w->idx_path, &st) && S_ISDIR(st.st_mode)) {
+            mlz_writer_abort(w);
+            return fail_idx(w, -EISDIR);
+        }
         w->idx_fd = open_own(w->idx_tmp, O_WRONLY | O_CREAT | O_EXCL, mode, &w->idx_dev, &w->idx_ino);
         if (w->idx_fd < 0) {
             rc = w->idx_fd;
             w->idx_fd = -1;
             mlz_writer_abort(w);
-            return fail(w, rc);
+            return fail_idx(w, rc);
         }
         uint8_t ih[MLZ_INDEX_HEADER_SIZE] = { 0 };
         if ((rc = write_all(w->idx_fd, ih, sizeof ih))) { mlz_writer_abort(w); return fail(w, rc); }
@@ -492,7 +510,7 @@ int mlz_writer_close(mlz_writer *w)
         if (rename(w->idx_tmp, w->idx_path)) {
             rc = -errno;
             mlz_writer_abort(w);
-            return fail(w, rc);
+            return fail_idx(w, rc);
         }
     }
     close_own(&w->fd, w->fd_dev, w->fd_ino);

@@ -222,7 +222,7 @@ int imp_write(const imp_trace *t, const char *path, const imp_info *info, int re
                           .zbuf = zbuf, .zbuf_size = MLZ_LZ4_BOUND };
     int e = mlz_writer_open(&w, path, &o);
     if (e) {
-        errbuf_set(err, errlen, "%s: %s", path, strerror(-e));
+        errbuf_set(err, errlen, "%s: %s", mlz_writer_error_path(&w, path), strerror(-e));
         goto out;
     }
     for (size_t i = 0; i < t->nevents && !e; i++) {
@@ -232,11 +232,11 @@ int imp_write(const imp_trace *t, const char *path, const imp_info *info, int re
     }
     if (e) {
         mlz_writer_abort(&w);
-        errbuf_set(err, errlen, "%s: %s", path, strerror(-e));
+        errbuf_set(err, errlen, "%s: %s", mlz_writer_error_path(&w, path), strerror(-e));
         goto out;
     }
     if ((e = mlz_writer_close(&w))) {
-        errbuf_set(err, errlen, "%s: %s", path, strerror(-e));
+        errbuf_set(err, errlen, "%s: %s", mlz_writer_error_path(&w, path), strerror(-e));
         goto out;
     }
     rc = 0;

@@ -580,7 +580,7 @@ int mlz_live_write(mlz_live_heap *h, const char *out, int compress, char *err, s
     if (!we) we = mlz_writer_close(&wr);
     else mlz_writer_abort(&wr);
     free(meta);
-    if (we) return errbuf_set(err, errlen, "%s: %s", out, strerror(-we));
+    if (we) return errbuf_set(err, errlen, "%s: %s", mlz_writer_error_path(&wr, out), strerror(-we));
     return 0;
 }
 

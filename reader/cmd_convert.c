@@ -56,7 +56,7 @@ static int run(int argc, char **argv)
     int we = mlz_writer_open(&w, out, &o);
     if (we) {
         mlz_reader_close(r);
-        return cli_error("convert", "%s: %s", out, strerror(-we));
+        return cli_error("convert", "%s: %s", mlz_writer_error_path(&w, out), strerror(-we));
     }
     mlz_writer_set_header_rest(&w, h->rest);
     mlz_event ev;
@@ -70,12 +70,12 @@ static int run(int argc, char **argv)
     if (rc < 0 || we) {
         mlz_writer_abort(&w);
         if (rc < 0) cli_print_format_error("convert", in, &e);
-        else cli_error("convert", "%s: %s", out, strerror(-we));
+        else cli_error("convert", "%s: %s", mlz_writer_error_path(&w, out), strerror(-we));
         mlz_reader_close(r);
         return 1;
     }
     mlz_reader_close(r);
-    if ((we = mlz_writer_close(&w))) return cli_error("convert", "%s: %s", out, strerror(-we));
+    if ((we = mlz_writer_close(&w))) return cli_error("convert", "%s: %s", mlz_writer_error_path(&w, out), strerror(-we));
     return 0;
 }
 

@@ -124,7 +124,7 @@ static int on_meta(undump *u, const char *line)
                           .plain = !(u->h.flags & MLZ_FLAG_SEALED),
                           .buf = buf, .buf_size = sizeof buf, .zbuf = zbuf, .zbuf_size = sizeof zbuf };
     int e = mlz_writer_open(&u->w, u->out, &o);
-    if (e) return cli_error("undump", "%s: %s", u->out, strerror(-e));
+    if (e) return cli_error("undump", "%s: %s", mlz_writer_error_path(&u->w, u->out), strerror(-e));
     mlz_writer_set_header_rest(&u->w, u->h.rest);
     u->opened = 1;
     return 0;
@@ -213,7 +213,7 @@ static int undump_text(undump *u, FILE *in)
     if (!u->ended) { bad(&u->pos, "text ends without the end line"); goto out; }
     int e = mlz_writer_close(&u->w);
     u->opened = 0;
-    if (e) { cli_error("undump", "%s: %s", u->out, strerror(-e)); goto out; }
+    if (e) { cli_error("undump", "%s: %s", mlz_writer_error_path(&u->w, u->out), strerror(-e)); goto out; }
     rc = 0;
 out:
     if (u->opened) mlz_writer_abort(&u->w);

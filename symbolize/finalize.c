@@ -479,7 +479,7 @@ int mlz_finalize_segments(const char *const *spools, size_t n, const char *out, 
                           .replace = replace, .mode = 0600, .buf = buf, .buf_size = sizeof buf,
                           .zbuf = zbuf, .zbuf_size = sizeof zbuf };
     we = mlz_writer_open(&w, out, &o);
-    if (we) { errbuf_set(err, errlen, "%s: %s", out, strerror(-we)); goto out; }
+    if (we) { errbuf_set(err, errlen, "%s: %s", mlz_writer_error_path(&w, out), strerror(-we)); goto out; }
     uint64_t last = starts[0], allocs = 0, bytes = 0;
     end_ctx ec = { &w, 0 };
     for (size_t s = 0; s < n && !we; s++) {
@@ -530,7 +530,7 @@ int mlz_finalize_segments(const char *const *spools, size_t n, const char *out, 
                                   .live_bytes = live.live_bytes, .images = n, .unprofiled_exec = why != NULL };
     }
     we = mlz_writer_close(&w);
-    if (we) { errbuf_set(err, errlen, "%s: %s", out, strerror(-we)); goto out; }
+    if (we) { errbuf_set(err, errlen, "%s: %s", mlz_writer_error_path(&w, out), strerror(-we)); goto out; }
     rc = 0;
 out:
     if (r) mlz_reader_close(r);

@@ -73,6 +73,12 @@ check "flamegraph -o onto another trace is refused" \
     bash -c "! '$MEMLYZE' flamegraph -o '$T/victim.mlyze' '$T/dev.mlyze' 2>/dev/null && cmp '$T/dev.mlyze' '$T/victim.mlyze'"
 check "export -o onto an older report replaces it" \
     bash -c "echo old > '$T/rep.txt' && '$MEMLYZE' export --format folded -o '$T/rep.txt' '$T/dev.mlyze' && ! grep -qx old '$T/rep.txt'"
+# A directory where the index goes: the error names it, before any work,
+# and no main file is left without its index.
+mkdir "$T/dirx.mlyze.idx"
+out=$("$MEMLYZE" convert --format split -o "$T/dirx.mlyze" "$T/dev.mlyze" 2>&1); rc=$?
+check "convert names the index that is a directory" \
+    bash -c "[ $rc -eq 1 ] && grep -q 'dirx.mlyze.idx: Is a directory' <<<\"\$0\" && [ ! -e '$T/dirx.mlyze' ]" "$out"
 check "unknown command exits 2" bash -c "'$MEMLYZE' frobnicate 2>/dev/null; [ \$? -eq 2 ]"
 check "bad option exits 2" bash -c "'$MEMLYZE' top --bogus x 2>/dev/null; [ \$? -eq 2 ]"
 # Numbers that strtod takes but no time or share is: a usage error each,
