@@ -32,7 +32,9 @@
 #define MLZ_FLAG_SPLIT     0x4u  /* event stream is split-stream blocks (codec_split.h) */
 #define MLZ_FLAG_ZMETA     0x8u  /* metadata is one zstd frame of the JSON (split files only) */
 #define MLZ_FLAG_SPLIT2    0x10u /* split blocks use address model 2 (set by every split writer) */
-#define MLZ_FLAGS_KNOWN    (MLZ_FLAG_SEALED | MLZ_FLAG_LZ4 | MLZ_FLAG_SPLIT | MLZ_FLAG_ZMETA | MLZ_FLAG_SPLIT2)
+#define MLZ_FLAG_UNSEALED_V1 0x20u /* blocks made from an unsealed v1 file: its v1 form is unsealed */
+#define MLZ_FLAGS_KNOWN    (MLZ_FLAG_SEALED | MLZ_FLAG_LZ4 | MLZ_FLAG_SPLIT | MLZ_FLAG_ZMETA | MLZ_FLAG_SPLIT2 | \
+                            MLZ_FLAG_UNSEALED_V1)
 #define MLZ_FLAGS_BLOCKS   (MLZ_FLAG_LZ4 | MLZ_FLAG_SPLIT)
 #define MLZ_SPLIT_LEVEL    9       /* zstd level of the split-stream writer:
                                       finalize keeps seconds, not minutes */
@@ -101,7 +103,8 @@ typedef struct mlz_writer_opts {
                                 with two CPUs encodes them on a second thread */
     int         replace;     /* may the final rename replace an existing file */
     int         plain;       /* leave the header unsealed, as a plain v1 writer
-                                would (undump of such files); raw mode only */
+                                would (undump of such files); a block file
+                                records it by MLZ_FLAG_UNSEALED_V1 */
     int         mode;        /* file permissions, e.g. 0600 (0 = 0644) */
     uint8_t    *buf;         /* event buffer, >= MLZ_BLOCK_SIZE bytes */
     size_t      buf_size;

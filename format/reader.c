@@ -141,6 +141,8 @@ int mlz_header_decode(const uint8_t in[MLZ_HEADER_SIZE], mlz_header *h, mlz_erro
         return mlz__error_set(err, MLZ_RULE_VERSION, 20, "flag ZMETA without SPLIT");
     if ((h->flags & MLZ_FLAG_SPLIT2) && !(h->flags & MLZ_FLAG_SPLIT))
         return mlz__error_set(err, MLZ_RULE_VERSION, 20, "flag SPLIT2 without SPLIT");
+    if ((h->flags & MLZ_FLAG_UNSEALED_V1) && !(h->flags & MLZ_FLAGS_BLOCKS))
+        return mlz__error_set(err, MLZ_RULE_VERSION, 20, "flag UNSEALED_V1 without LZ4 or SPLIT");
     if ((h->flags & MLZ_FLAGS_BLOCKS) && !(h->flags & MLZ_FLAG_SEALED))
         return mlz__error_set(err, MLZ_RULE_SIZE, 20, "compressed file was never sealed (writer did not finish)");
     return 0;

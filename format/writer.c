@@ -240,8 +240,10 @@ int mlz_writer_open(mlz_writer *w, const char *path, const mlz_writer_opts *o)
 
     w->flags = o->flags;
     w->replace = o->replace;
-    w->plain = o->plain;
-    if (o->plain && (o->flags & MLZ_FLAGS_BLOCKS)) return fail(w, -EINVAL);
+    /* Block files are always sealed: one whose v1 form is unsealed says so
+     * by a flag, so that converting it back gives that file again. */
+    w->plain = o->plain && !(o->flags & MLZ_FLAGS_BLOCKS);
+    if (o->plain && (o->flags & MLZ_FLAGS_BLOCKS)) w->flags |= MLZ_FLAG_UNSEALED_V1;
     w->buf = o->buf;
     w->cap = (o->flags & MLZ_FLAG_LZ4) ? MLZ_BLOCK_SIZE : o->buf_size;
     if (o->flags & MLZ_FLAG_SPLIT) {

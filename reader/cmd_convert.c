@@ -51,7 +51,7 @@ static int run(int argc, char **argv)
     static uint8_t buf[MLZ_SPLIT_MAX_RAW], zbuf[MLZ_LZ4_BOUND];
     static mlz_writer w;
     mlz_writer_opts o = { .start_us = h->start_us, .meta = m->json, .meta_len = m->json_len,
-                          .flags = flags, .replace = force, .plain = !flags && !(h->flags & MLZ_FLAG_SEALED),
+                          .flags = flags, .replace = force, .plain = !(h->flags & MLZ_FLAG_SEALED) || (h->flags & MLZ_FLAG_UNSEALED_V1),
                           .buf = buf, .buf_size = sizeof buf, .zbuf = zbuf, .zbuf_size = sizeof zbuf, .level = level };
     int we = mlz_writer_open(&w, out, &o);
     if (we) {

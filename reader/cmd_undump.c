@@ -89,14 +89,18 @@ typedef struct {
 
 static uint8_t buf[MLZ_SPLIT_MAX_RAW], zbuf[MLZ_LZ4_BOUND], ext_data[MLZ_EXT_MAX];
 
-/* "header version=V start_us=T flags=F": only flags this reader writes back. */
+/* "header version=V start_us=T flags=F": only headers the reader takes
+ * (its own checks, on the header with the sizes the writer will seal). */
 static int on_header(undump *u, const char *line)
 {
     uint64_t v, st, fl;
     if (u->have_header || num(line, "version", &v) || num(line, "start_us", &st) || num(line, "flags", &fl))
         return bad(&u->pos, "malformed header line");
-    if (v != MLZ_VERSION || (fl & ~MLZ_FLAGS_KNOWN) || ((fl & MLZ_FLAGS_BLOCKS) && !(fl & MLZ_FLAG_SEALED)) ||
-        (fl & MLZ_FLAGS_BLOCKS) == MLZ_FLAGS_BLOCKS)
+    mlz_header h = { .version = (uint32_t)v, .start_us = st, .flags = (uint32_t)fl };
+    uint8_t hb[MLZ_HEADER_SIZE];
+    mlz_error e = { 0 };
+    mlz_header_encode(&h, hb);
+    if (v > UINT32_MAX || fl > UINT32_MAX || mlz_header_decode(hb, &h, &e))
         return bad(&u->pos, "unsupported version or flags");
     u->h.version = (uint32_t)v;
     u->h.start_us = st;
@@ -121,7 +125,7 @@ static int on_meta(undump *u, const char *line)
         return bad(&u->pos, "malformed or misplaced meta line");
     mlz_writer_opts o = { .start_us = u->h.start_us, .meta = u->meta, .meta_len = meta_len,
                           .flags = u->h.flags & MLZ_FLAGS_BLOCKS, .replace = u->force,
-                          .plain = !(u->h.flags & MLZ_FLAG_SEALED),
+                          .plain = !(u->h.flags & MLZ_FLAG_SEALED) || (u->h.flags & MLZ_FLAG_UNSEALED_V1),
                           .buf = buf, .buf_size = sizeof buf, .zbuf = zbuf, .zbuf_size = sizeof zbuf };
     int e = mlz_writer_open(&u->w, u->out, &o);
     if (e) return cli_error("undump", "%s: %s", mlz_writer_error_path(&u->w, u->out), strerror(-e));

@@ -25,6 +25,28 @@ check "convert: split -> v1 -> split byte-identical" cmp "$T/d.mlyze" "$T/d2.spl
 "$MEMLYZE" convert --format lz4 -o "$T/d.lz4" "$T/d2.split"
 "$MEMLYZE" convert --format v1 -o "$T/d3.v1" "$T/d.lz4"
 check "convert: via lz4 byte-identical too" cmp "$T/d.v1" "$T/d3.v1"
+# A v1 file from another writer is unsealed (flags 0): the block files made
+# from it say so, and give it back byte for byte.
+cat > "$T/uns.txt" <<'EOF'
+mlyze-dump 1
+header version=1 start_us=1000 flags=0x0 stream_len=0 event_count=0 raw_len=0
+meta {"stack_traces":{"1":[]},"files":{},"functions":{}}
+alloc dt=1 t=1 addr=0x1000 size=8 stack=1 thread=1
+free dt=2 t=3 addr=0x1000
+end events=2
+EOF
+"$MEMLYZE" undump -o "$T/uns.v1" "$T/uns.txt"
+for f in split lz4; do
+    "$MEMLYZE" convert --format $f -o "$T/uns.$f" "$T/uns.v1"
+    "$MEMLYZE" convert --format v1 -o "$T/uns.$f.v1" "$T/uns.$f"
+    check "unsealed v1 -> $f -> v1 byte-identical" cmp "$T/uns.v1" "$T/uns.$f.v1"
+    "$MEMLYZE" dump "$T/uns.$f" > "$T/uns.$f.txt"
+    "$MEMLYZE" undump -o "$T/uns.$f.2" "$T/uns.$f.txt"
+    check "unsealed v1's $f file: dump and undump give it back" cmp "$T/uns.$f" "$T/uns.$f.2"
+done
+sed 's/flags=0x0/flags=0x20/' "$T/uns.txt" > "$T/uns20.txt"
+check "flag UNSEALED_V1 on a plain v1 file is rejected" \
+    bash -c "! '$MEMLYZE' undump -o '$T/uns20.v1' '$T/uns20.txt' 2>/dev/null || ! '$MEMLYZE' validate '$T/uns20.v1' >/dev/null 2>&1"
 # A spool names its stacks in STACK_RAW events of the same block as the
 # ALLOCs that use them: the split reader checks them in event order.
 cat > "$T/spool.txt" <<'EOF'
