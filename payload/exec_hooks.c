@@ -10,6 +10,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <stdarg.h>
+#include <stdlib.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -26,6 +27,8 @@ static execv_fn real_execv, real_execvp;
 static fexecve_fn real_fexecve;
 static void (*real_exit_now)(int);
 
+static void seal_before_exit(void);
+
 __attribute__((constructor)) static void resolve_exec(void)
 {
     real_execve = (execve_fn)dlsym(RTLD_NEXT, "execve");
@@ -34,18 +37,27 @@ __attribute__((constructor)) static void resolve_exec(void)
     real_execvp = (execv_fn)dlsym(RTLD_NEXT, "execvp");
     real_fexecve = (fexecve_fn)dlsym(RTLD_NEXT, "fexecve");
     real_exit_now = (void (*)(int))dlsym(RTLD_NEXT, "_exit");
+    /* quick_exit calls _exit without the PLT, after the handlers
+     * registered with at_quick_exit, last first: this one, registered
+     * before the program's, seals the profile after theirs have run. */
+    at_quick_exit(seal_before_exit);
 }
 
 /* _exit runs no destructor, so the profile is sealed here, as exit would
  * (shells end their children so, dash itself, and many fork children).
  * Only by the process that owns the spool, and not from inside our own
- * code (a signal handler that interrupted a sample path). quick_exit and
- * a raw exit_group reach _exit without the PLT: their profile ends with
- * the drain's last write, as after a kill. */
-static _Noreturn void exit_now(int status)
+ * code (a signal handler that interrupted a sample path). A raw
+ * exit_group reaches no code of ours: its profile ends with the drain's
+ * last write, as after a kill. */
+static void seal_before_exit(void)
 {
     if (mlz__g.ready && (pid_t)syscall(SYS_getpid) == mlz__g.pid && !mlz__tls.s.in_hook)
         mlz__shutdown();
+}
+
+static _Noreturn void exit_now(int status)
+{
+    seal_before_exit();
     if (real_exit_now) real_exit_now(status);
     for (;;) syscall(SYS_exit_group, status);
 }

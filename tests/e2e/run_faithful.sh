@@ -15,6 +15,7 @@ cat > "$T/prog.c" <<'EOF'
 static void *volatile keep[1000];
 __attribute__((noinline)) void *ra_site(void) { return reallocarray(NULL, 10, 100); }
 __attribute__((noinline)) void exit_site(int i) { keep[i] = malloc(1000); }
+static void free_half(void) { for (int i = 0; i < 500; i++) free(keep[i]); }
 int main(int argc, char **argv)
 {
     const char *m = argc > 1 ? argv[1] : "";
@@ -23,6 +24,11 @@ int main(int argc, char **argv)
     if (!strcmp(m, "sleep")) { sleep(30); return 0; }
     if (!strcmp(m, "reallocarray")) { for (int i = 0; i < 100; i++) keep[i] = ra_site(); return 0; }
     if (!strcmp(m, "_exit")) { for (int i = 0; i < 1000; i++) exit_site(i); _exit(3); }
+    if (!strcmp(m, "quick_exit")) {
+        for (int i = 0; i < 1000; i++) exit_site(i);
+        at_quick_exit(free_half);
+        quick_exit(4);
+    }
     if (!strcmp(m, "blocked")) {
         /* A signal blocked and pending from the start, as for sigwait. */
         sigset_t s;
@@ -91,6 +97,10 @@ check "-r 1G reaches the payload as 1 GiB" bash -c "'$MEMLYZE' stats '$T/g.mlyze
 check "reallocarray: 100 blocks of 1000 B, one sample each (not two)" test "$(top_json "$T/ra.mlyze" ra_site)" = "100000 100"
 check "_exit: memlyze run gives its status" test "$(status "$MEMLYZE" run -r 1 -o "$T/ex.mlyze" -- "$T/prog" _exit)" = 3
 check "_exit: the profile is sealed, its 1000 blocks in it" test "$(top_json "$T/ex.mlyze" exit_site)" = "1000000 1000"
+# quick_exit reaches _exit without the PLT; the program's handlers run first.
+check "quick_exit: memlyze run gives its status" test "$(status "$MEMLYZE" run -r 1 -o "$T/qx.mlyze" -- "$T/prog" quick_exit)" = 4
+check "quick_exit: the profile is sealed after the program's handlers (500 of 1000 blocks live)" \
+    test "$(top_json "$T/qx.mlyze" exit_site)" = "500000 1000"
 out=$("$MEMLYZE" run -o "$T/bl.mlyze" -- "$T/prog" blocked 2>/dev/null); rc=$?
 check "a signal the program blocks, pending at start, stays pending (no death by it)" bash -c \
     "[ $rc -eq 0 ] && [ '$out' = alive ]"
