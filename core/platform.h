@@ -18,6 +18,10 @@
 #define mlz_likely(x)   __builtin_expect(!!(x), 1)
 #define mlz_unlikely(x) __builtin_expect(!!(x), 0)
 
+/* The calling thread's thread pointer (x86_64: the fs base), from which
+ * initial-exec TLS lies at the same offset in every thread. */
+static inline uintptr_t mlz_thread_pointer(void) { return (uintptr_t)__builtin_thread_pointer(); }
+
 /* Objects are built with -fvisibility=hidden; only hooks and control entry
  * points of libmemlyze.so are marked with this. */
 #define MLZ_EXPORT   __attribute__((visibility("default")))

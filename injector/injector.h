@@ -126,11 +126,20 @@ typedef struct mlz_target {
     int stopped;                 /* State: T (group-stopped) */
     int payload_mapped;          /* our payload is already in it */
     int payload_active;          /* ... and sampling: 1, inert: 0, unknown: -1 */
+    /* An inert payload's per-thread sampler state (resample.c): offsets
+     * from a thread's fs base of its countdown, initialized and rate_shift
+     * fields, and their widths; nsampler = 0 when not to be reset. */
+    int nsampler;
+    int64_t sampler_at[3];
+    int sampler_width[3];
     int seccomp;                 /* 0 none, 1 strict, 2 filter */
     uint64_t image;              /* mlz__image_id at the preflight */
 } mlz_target;
 enum { MLZ_PRE_ALLOW_SECCOMP = 1 };
 int mlz__preflight(pid_t pid, int flags, mlz_target *t);
+/* resample.c: in every thread held stopped, the sampler state an earlier
+ * session left is cleared, so each draws afresh at the new rate. */
+void mlz__resample_threads(const mlz_tgroup *g, const mlz_target *t);
 /* Which program image pid runs: a hash of its auxiliary vector, which every
  * exec writes anew (entry point, program headers, AT_RANDOM's address on
  * the new stack). 0 if it cannot be read. */

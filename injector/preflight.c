@@ -35,12 +35,22 @@ static pid_t shares_memory_with_parent(pid_t pid)
 /* Whether a mapped payload is sampling, from its memlyze_info descriptor
  * (payload/info.h): 1 active, 0 inert (detached, or an attach interrupted
  * before memlyze_attach ran), -1 unknown. Read from outside: nothing stops. */
-static int payload_active(pid_t pid, const mlz_proc_module *m)
+static int payload_active(pid_t pid, const mlz_proc_module *m, mlz_target *t)
 {
     struct memlyze_info d;
     uint64_t at;
     int32_t v;
+    int64_t tpoff;
     if (mlz_proc_payload_info(pid, m, &d, &at) || mlz_proc_read(pid, d.attached_addr, &v, sizeof v)) return -1;
+    /* An inert payload of this layout: where each thread's sampler is. */
+    if (!v && memlyze_info_readable(&d) && mlz_proc_read(pid, d.sampler_tpoff_addr, &tpoff, sizeof tpoff) == 0 &&
+        tpoff > -(1 << 24) && tpoff < (1 << 24) && d.sampler_countdown < 64 && d.sampler_initialized < 64 &&
+        d.sampler_rate_shift < 64) {
+        uint32_t off[3] = { d.sampler_countdown, d.sampler_initialized, d.sampler_rate_shift };
+        int width[3] = { 8, 4, 4 };
+        for (int i = 0; i < 3; i++) t->sampler_at[i] = tpoff + off[i], t->sampler_width[i] = width[i];
+        t->nsampler = 3;
+    }
     return v != 0;
 }
 
@@ -227,7 +237,7 @@ static int preflight_once(pid_t pid, int flags, mlz_target *t)
         return MLZ_INJ_EREFUSE;
     }
     t->payload_mapped = mlz_proc_payload_find(pid, &m) == 0;
-    t->payload_active = t->payload_mapped ? payload_active(pid, &m) : 0;
+    t->payload_active = t->payload_mapped ? payload_active(pid, &m, t) : 0;
     return 0;
 }
 

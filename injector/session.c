@@ -214,6 +214,8 @@ int mlz__session_begin(mlz_session *s, const mlz_target *target, pid_t want_tid,
         return MLZ_INJ_ESTATE;
     }
     mlz__note("holding %d threads of %d", s->g.n, (int)pid);
+    /* Now, before any goes: every thread is stopped, none inside a hook. */
+    if (target->nsampler) mlz__resample_threads(&s->g, target);
     if ((rc = mlz__safepoint_find(&s->g, have_locks ? &L : NULL, timeout_ms, &tid))) return rc;
     /* Before the borrowed thread's registers are saved: they may change. */
     mlz__undo_eintr(&s->g);

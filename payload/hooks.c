@@ -238,13 +238,16 @@ MLZ_NOINLINE void mlz__sample_slow(void *p, size_t n, uint64_t ts)
          * the one below it: not an allocation of the program's. Or a signal
          * handler's, made while this thread was in a sample path, which
          * cannot be recorded (the ring and the unwinder are half-way
-         * through): sampled mode moves the sample point to the next
-         * allocation, exact mode loses it, and says so. */
+         * through): sampled mode draws the next sample point afresh,
+         * exact mode loses it, and says so. */
         if (t->s.in_hook == MLZ_HOOK_SAMPLING && mlz__g.rate <= 1 && !t->s.rate_shift && p)
             atomic_fetch_add_explicit(&mlz__g.c.handler_allocs, 1, memory_order_relaxed);
         else if (t->s.in_hook)
             atomic_fetch_add_explicit(&mlz__g.c.reentrant, 1, memory_order_relaxed);
-        t->s.countdown = 0;       /* look again at the next allocation */
+        /* A fresh draw, not 0: a countdown of 0 would make the program's
+         * next allocation a sure sample, weighed as a random one. */
+        if (t->s.initialized) mlz_sampler_rearm(&t->s, mlz__g.rate << t->s.rate_shift);
+        else t->s.countdown = 0;
         return;
     }
     if (!t->s.initialized) {

@@ -50,14 +50,19 @@ typedef int (*posix_memalign_fn)(void **, size_t, size_t);
 
 /* The allocation hooks: the original runs with in_named set (its own
  * calls into the allocator below are not samples); the sample, if the
- * countdown ran out for SIZE bytes, is taken after it, as in hooks.c. */
+ * countdown ran out for SIZE bytes, is taken after it, as in hooks.c.
+ * The countdown comes back as it was after SIZE: the allocator's own
+ * calls below (a pool's 1 MiB chunks) would use it up, and the program's
+ * next blocks be sampled early: +39% on a pool of 16 B objects. */
 #define NAMED_ALLOC(type, result, call, size, ok)                          \
     do {                                                                   \
         mlz_tls *t_ = &mlz__tls;                                           \
         int s_ = mlz_sampler_should_sample(&t_->s, (size));                \
+        int64_t c_ = t_->s.countdown;                                      \
         t_->in_named++;                                                    \
         type r_ = (call);                                                  \
         t_->in_named--;                                                    \
+        t_->s.countdown = c_;                                              \
         if (mlz_unlikely(s_)) mlz__sample_slow((ok) ? (result) : NULL, (size), mlz__now_ns()); \
         return r_;                                                         \
     } while (0)
@@ -95,9 +100,11 @@ static void named_free(int k, void *p)
 static void *call_named_realloc(const void *ctx, void *p, size_t n, size_t m)
 {
     (void)m;
+    int64_t c = mlz__tls.s.countdown;   /* as in NAMED_ALLOC */
     mlz__tls.in_named++;
     void *q = ((realloc_fn)((const struct mlz_got_hook *)ctx)->real)(p, n);
     mlz__tls.in_named--;
+    mlz__tls.s.countdown = c;
     return q;
 }
 

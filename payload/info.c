@@ -18,6 +18,15 @@ _Static_assert(sizeof counter_names / sizeof *counter_names == sizeof(mlz_counte
 
 #define A(x) ((uint64_t)(uintptr_t)&(x))
 
+/* The sampler's thread-local state as an offset from the thread pointer:
+ * initial-exec TLS, so the same in every thread; noted when the payload is
+ * loaded, in whichever thread loads it. */
+static int64_t sampler_tpoff;
+__attribute__((constructor)) static void note_sampler_tpoff(void)
+{
+    sampler_tpoff = (int64_t)((uintptr_t)&mlz__tls.s - mlz_thread_pointer());
+}
+
 /* The descriptor's table of its own fields, for readers that cannot include
  * info.h. Every field after the fixed head is listed: test_proc checks that
  * the entries tile the struct exactly, so a field added to the struct but
@@ -31,7 +40,8 @@ static const struct memlyze_field info_fields[] = {
     FIELD(entry_time_ns), FIELD(entry_seq), FIELD(entry_check), FIELD(check_algorithm),
     FIELD(rec_size), FIELD(rec_ready), FIELD(rec_depth), FIELD(rec_frames_offset), FIELD(max_frames),
     FIELD(ncounters), FIELD(map_log2_min), FIELD(map_log2_max), FIELD(entry_size_min), FIELD(record_size_max),
-    FIELD(counters_max),
+    FIELD(counters_max), FIELD(sampler_tpoff_addr), FIELD(sampler_countdown), FIELD(sampler_initialized),
+    FIELD(sampler_rate_shift), FIELD(sampler_pad),
 };
 _Static_assert(sizeof info_fields / sizeof *info_fields <= MEMLYZE_FIELDS_MAX, "field table within its bound");
 
@@ -75,4 +85,8 @@ MLZ_EXPORT const struct memlyze_info memlyze_info = {
     .entry_size_min = MEMLYZE_ENTRY_SIZE_MIN,
     .record_size_max = MEMLYZE_RECORD_SIZE_MAX,
     .counters_max = MEMLYZE_COUNTERS_MAX,
+    .sampler_tpoff_addr = A(sampler_tpoff),
+    .sampler_countdown = offsetof(mlz_sampler_tls, countdown),
+    .sampler_initialized = offsetof(mlz_sampler_tls, initialized),
+    .sampler_rate_shift = offsetof(mlz_sampler_tls, rate_shift),
 };

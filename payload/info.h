@@ -29,8 +29,9 @@
 #include <stdint.h>
 
 #define MEMLYZE_INFO_MAGIC   "MLZINFO"  /* 8 bytes with the NUL */
-#define MEMLYZE_INFO_VERSION 6   /* 2: session_addr; 3: map_log2_max; 4: the field table;
-                                    5: entry_tid_shift (was entry_tid); 6: check algorithm 2 */
+#define MEMLYZE_INFO_VERSION 7   /* 2: session_addr; 3: map_log2_max; 4: the field table;
+                                    5: entry_tid_shift (was entry_tid); 6: check algorithm 2;
+                                    7: the sampler's thread-local state */
 #define MEMLYZE_INFO_SYMBOL  "memlyze_info"
 
 /* How the payload appears in a process: /proc/PID/maps shows the memfd
@@ -170,6 +171,16 @@ struct memlyze_info {
     /* The bounds above, for readers that cannot include this header. */
     uint32_t map_log2_min, map_log2_max;
     uint32_t entry_size_min, record_size_max, counters_max;
+
+    /* Every thread's sampler state (static TLS: the same offset from each
+     * thread's pointer, x86_64's fs base): a re-attach resets it in every
+     * thread it holds stopped, so that no thread goes on with a countdown
+     * drawn at the last session's rate (injector/resample.c). */
+    uint64_t sampler_tpoff_addr;   /* int64: the state's address - thread pointer */
+    uint32_t sampler_countdown;    /* int64 countdown, in the state */
+    uint32_t sampler_initialized;  /* uint32: 0 = draw afresh at the next allocation */
+    uint32_t sampler_rate_shift;   /* uint32: the thread's overload shift */
+    uint32_t sampler_pad;
 };
 
 

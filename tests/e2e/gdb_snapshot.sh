@@ -73,6 +73,7 @@ int main(int argc, char **argv)
     F(entry_size_field) F(entry_stack_id) F(entry_tid_shift) F(entry_time_ns) F(entry_seq) F(entry_check)
     F(check_algorithm) F(rec_size) F(rec_ready) F(rec_depth) F(rec_frames_offset) F(max_frames)
     F(ncounters) F(map_log2_min) F(map_log2_max) F(entry_size_min) F(record_size_max) F(counters_max)
+    F(sampler_tpoff_addr) F(sampler_countdown) F(sampler_initialized) F(sampler_rate_shift) F(sampler_pad)
     return 0;
 }
 EOF
