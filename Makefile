@@ -138,7 +138,7 @@ $(O)/tests/test_injector: $(O)/tests/unit/test_injector.o $(MEMLYZE_INJ_OBJ) $(L
 
 # The injector runs outside the target: libelf reads the target's libc,
 # libdw unwinds its stopped threads.
-$(ATTACH): $(O)/injector/attach_main.o $(INJ_OBJ) $(LIBPROC)
+$(ATTACH): $(O)/injector/attach_main.o $(INJ_OBJ) $(LIBPROC) $(LIBCORE)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ -ldw -lelf
 

@@ -5,6 +5,7 @@
 #include "injector.h"
 #include "info.h"
 #include "inline_sites.h"
+#include "size_text.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -44,16 +45,12 @@ static const char usage[] =
 
 static int die_usage(const char *msg) { return mlz__cli_usage("memlyze-attach", usage, msg); }
 
+/* A positive size, read as memlyze run reads its --rate (512k, 1m, 1g). */
 static int parse_bytes(const char *s, unsigned long long *v)
 {
-    char *end;
-    errno = 0;
-    unsigned long long x = strtoull(s, &end, 10);
-    if (errno || end == s) return -1;
-    if (*end == 'k' || *end == 'K') { x <<= 10; end++; }
-    else if (*end == 'm' || *end == 'M') { x <<= 20; end++; }
-    if (*end || x == 0) return -1;
-    *v = x;
+    int64_t x = mlz_size_parse(s);
+    if (x <= 0) return -1;
+    *v = (unsigned long long)x;
     return 0;
 }
 

@@ -8,6 +8,7 @@
  * mmap inside the core's init functions.
  */
 #include "payload.h"
+#include "size_text.h"
 #include "info.h"
 #include "modtab.h"
 
@@ -49,27 +50,11 @@ mlz_global mlz__g = {
 };
 
 /* "512k", "4M", "1": bytes; 0 when malformed. No strtoull: keeps it obvious. */
+/* 0 for text that is no size (every setting read with it is positive). */
 static uint64_t parse_size(const char *s)
 {
-    uint64_t v = 0;
-    if (!s || !*s) return 0;
-    for (; *s >= '0' && *s <= '9'; s++) {
-        if (v > UINT64_MAX / 10) return 0;
-        v = v * 10 + (uint64_t)(*s - '0');
-    }
-    /* The suffixes memlyze run's --rate takes (reader/cli.c). */
-    unsigned shift = 0;
-    if (*s == 'k' || *s == 'K') shift = 10;
-    else if (*s == 'm' || *s == 'M') shift = 20;
-    else if (*s == 'g' || *s == 'G') shift = 30;
-    if (shift) {
-        if (v > UINT64_MAX >> shift) return 0;
-        v <<= shift;
-        s++;
-    }
-    if (*s == 'i') s++;
-    if (*s == 'b' || *s == 'B') s++;
-    return *s ? 0 : v;
+    int64_t v = mlz_size_parse(s);
+    return v > 0 ? (uint64_t)v : 0;
 }
 
 static void copy_str(char *dst, size_t cap, const char *src)

@@ -2,6 +2,7 @@
  * cli.c - helpers shared by the memlyze subcommands.
  */
 #include "cli.h"
+#include "size_text.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -81,25 +82,7 @@ char *cli_text(char *s)
     return s;
 }
 
-long long cli_parse_size(const char *s)
-{
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno || end == s || *s == '-') return -1;
-    unsigned long long mul = 1;
-    switch (tolower((unsigned char)*end)) {
-    case 0: break;
-    case 'k': mul = 1ull << 10; end++; break;
-    case 'm': mul = 1ull << 20; end++; break;
-    case 'g': mul = 1ull << 30; end++; break;
-    default: return -1;
-    }
-    if (*end == 'i' || *end == 'I') end++;
-    if (*end == 'b' || *end == 'B') end++;
-    if (*end || v > (unsigned long long)(1ll << 62) / mul) return -1;
-    return (long long)(v * mul);
-}
+long long cli_parse_size(const char *s) { return mlz_size_parse(s); }
 
 int cli_parse_number(const char *s, double max, double *out)
 {

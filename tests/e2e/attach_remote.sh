@@ -30,6 +30,12 @@ cleanup_state "$TP"
 check "refuse: no such pid" bash -c "'$ATTACH' 999999 2>&1 | grep -q 'no such process'; [ \${PIPESTATUS[0]} -ne 0 ]"
 check "refuse: --help exits 0" "$ATTACH" --help
 check "refuse: detach --help exits 0" "$DETACH" --help
+# --rate is read as memlyze run reads it: a sign or an overflow is a usage
+# error (-1 attached at 2^64-1 B and lost the trace at detach), 1g is a size.
+for r in -1 0 18014398509481985k 12x; do
+    check "refuse: --rate $r is a usage error" bash -c "'$ATTACH' -r '$r' 999999 2>&1 | grep -q 'bad --rate'; [ \${PIPESTATUS[0]} -eq 2 ]"
+done
+check "--rate 1g is taken (as by memlyze run)" bash -c "'$ATTACH' -r 1g 999999 2>&1 | grep -q 'no such process'"
 printf '#include <unistd.h>\nint main(void){for(;;)pause();}\n' >"$T/st.c"
 if cc -static -o "$T/st" "$T/st.c" 2>/dev/null; then
     "$T/st" & SP=$!
