@@ -21,9 +21,17 @@ static const est *metric(const prof_site *s)
     return g_temp ? &s->temp_bytes : &s->old_bytes;
 }
 
+static double count_of(const prof_site *s)
+{
+    return g_temp ? s->temp_count.value : s->old_count.value;
+}
+
+/* By bytes, then by objects (blocks of 0 B are objects too). */
 static int cmp(const void *a, const void *b)
 {
-    double x = metric(*(prof_site *const *)a)->value, y = metric(*(prof_site *const *)b)->value;
+    const prof_site *l = *(prof_site *const *)a, *r = *(prof_site *const *)b;
+    double x = metric(l)->value, y = metric(r)->value;
+    if (x == y) x = count_of(l), y = count_of(r);
     return x < y ? 1 : x > y ? -1 : 0;
 }
 
@@ -75,11 +83,11 @@ static int report(const mlz_command *cmd, int temp, int argc, char **argv)
     size_t k = 0;
     double total = 0, var = 0, count = 0;
     for (size_t i = 0; i < p.nsites; i++)
-        if (p.site_of[i] == i && metric(&p.sites[i])->value > 0) {
+        if (p.site_of[i] == i && (metric(&p.sites[i])->value > 0 || count_of(&p.sites[i]) > 0)) {
             order[k++] = &p.sites[i];
             total += metric(&p.sites[i])->value;
             var += metric(&p.sites[i])->var;
-            count += temp ? p.sites[i].temp_count.value : p.sites[i].old_count.value;
+            count += count_of(&p.sites[i]);
         }
     qsort(order, k, sizeof *order, cmp);
     char b1[32], b2[32], fr[512];
@@ -92,7 +100,7 @@ static int report(const mlz_command *cmd, int temp, int argc, char **argv)
             const prof_site *s = order[i];
             json_t *o2 = json_object();
             sitejson_est(o2, "bytes", metric(s));
-            json_object_set_new(o2, "count", json_real(temp ? s->temp_count.value : s->old_count.value));
+            json_object_set_new(o2, "count", json_real(count_of(s)));
             json_object_set_new(o2, "frames", sitejson_frame_names(p.meta, s->stack, 4));
             json_array_append_new(arr, o2);
         }
@@ -111,7 +119,7 @@ static int report(const mlz_command *cmd, int temp, int argc, char **argv)
             snprintf(cell, sizeof cell, "%s \xc2\xb1 %s", cli_bytes(metric(s)->value, b1, sizeof b1),
                      cli_bytes(1.96 * sqrt(metric(s)->var), b2, sizeof b2));
             prof_frame_name(p.meta, &s->stack->frames[0], fr, sizeof fr);
-            printf("%4zu  %-27s %9.0f  %s\n", i + 1, cell, temp ? s->temp_count.value : s->old_count.value,
+            printf("%4zu  %-27s %9.0f  %s\n", i + 1, cell, count_of(s),
                    s->stack->depth ? cli_text(fr) : "(no frames)");
             for (uint32_t j = 1; j < s->stack->depth && j < 4; j++) {
                 prof_frame_name(p.meta, &s->stack->frames[j], fr, sizeof fr);

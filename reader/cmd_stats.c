@@ -53,8 +53,12 @@ static int run(int argc, char **argv)
     printf("time span:       %s\n", b1);
     printf("live at end:     %s in %.0f objects (%llu samples)\n", cli_bytes(p.live_bytes.value, b2, sizeof b2),
            p.live_count.value, (unsigned long long)p.live_samples);
-    fmt_time(p.peak_us - h->start_us, b1, sizeof b1);
-    printf("peak live:       %s at +%s\n", cli_bytes(p.peak_bytes, b3, sizeof b3), b1);
+    if (p.peak_bytes > 0) {
+        fmt_time(p.peak_us - h->start_us, b1, sizeof b1);
+        printf("peak live:       %s at +%s\n", cli_bytes(p.peak_bytes, b3, sizeof b3), b1);
+    } else {
+        printf("peak live:       0 B\n");
+    }
     size_t used = 0;
     for (size_t i = 0; i < p.nsites; i++) used += p.sites[i].samples > 0;
     printf("stacks:          %zu distinct in use, %zu in metadata\n", used, m->nstacks);

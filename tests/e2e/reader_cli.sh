@@ -79,6 +79,23 @@ mkdir "$T/dirx.mlyze.idx"
 out=$("$MEMLYZE" convert --format split -o "$T/dirx.mlyze" "$T/dev.mlyze" 2>&1); rc=$?
 check "convert names the index that is a directory" \
     bash -c "[ $rc -eq 1 ] && grep -q 'dirx.mlyze.idx: Is a directory' <<<\"\$0\" && [ ! -e '$T/dirx.mlyze' ]" "$out"
+# A trace in which nothing was ever live has no peak time (it printed
+# 0 - the start time, an offset of 584942 years).
+printf 'int main(void) { return 0; }\n' > "$T/none.c" && cc -o "$T/none" "$T/none.c"
+"$MEMLYZE" run -r 1 -o "$T/none.mlyze" -- "$T/none" 2>/dev/null
+check "stats: no peak time when nothing was live" bash -c "'$MEMLYZE' stats '$T/none.mlyze' | grep -qx 'peak live: *0 B'"
+# Blocks of 0 B never freed are leaks too: top counts them, so does leaks.
+cat > "$T/zero.c" <<'EOF'
+#include <stdlib.h>
+void *volatile keep[6];
+__attribute__((noinline)) void zero_site(void) { for (int i = 0; i < 5; i++) keep[i] = malloc(0); }
+int main(void) { zero_site(); keep[5] = malloc(10); return 0; }
+EOF
+cc -O1 -g -o "$T/zero" "$T/zero.c" && "$MEMLYZE" run -r 1 -o "$T/zero.mlyze" -- "$T/zero" 2>/dev/null
+check "leaks lists a site of 0 B blocks with its 5 objects" bash -c "'$MEMLYZE' leaks --age 0 --json '$T/zero.mlyze' | python3 -c \"
+import json, sys
+s = [x for x in json.load(sys.stdin)['sites'] if x['frames'][0].startswith('zero_site ')]
+sys.exit(not (len(s) == 1 and s[0]['count'] == 5))\""
 check "unknown command exits 2" bash -c "'$MEMLYZE' frobnicate 2>/dev/null; [ \$? -eq 2 ]"
 check "bad option exits 2" bash -c "'$MEMLYZE' top --bogus x 2>/dev/null; [ \$? -eq 2 ]"
 # Numbers that strtod takes but no time or share is: a usage error each,
