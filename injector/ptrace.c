@@ -150,14 +150,24 @@ const char *mlz__pt_perm_cause(pid_t pid, int err, char *buf, size_t cap)
     int cap_ok = have_cap_sys_ptrace();
     char path[64], line[256];
     unsigned uid = (unsigned)-1;
+    int tracer = 0;
     snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
     FILE *f = fopen(path, "r");
     if (f) {
         while (fgets(line, sizeof line, f))
-            if (sscanf(line, "Uid: %u", &uid) == 1) break;
+            if (sscanf(line, "TracerPid: %d", &tracer) == 1) continue;
+            else if (sscanf(line, "Uid: %u", &uid) == 1) break;
         fclose(f);
     }
-    if (scope == 3)
+    if (tracer > 0 && tracer != (int)getpid()) {
+        char who[64] = "?";
+        snprintf(path, sizeof path, "/proc/%d/comm", tracer);
+        if ((f = fopen(path, "r"))) {
+            if (fgets(who, sizeof who, f)) who[strcspn(who, "\n")] = 0;
+            fclose(f);
+        }
+        snprintf(buf, cap, "it is already traced by %d (%s): detach that debugger first", tracer, who);
+    } else if (scope == 3)
         snprintf(buf, cap, "permission denied: YAMA ptrace_scope is 3 (no process may ptrace; only a reboot lowers it)");
     else if (scope == 2 && !cap_ok)
         snprintf(buf, cap, "permission denied: YAMA ptrace_scope is 2 (admin only): run as root or with CAP_SYS_PTRACE");

@@ -16,7 +16,7 @@ pkgs=(
   python3
   redis-server redis-tools  # attach/snapshot tests against a real server under load
   bc                # benchmark scripts
-  strace            # the injector test that refuses an already-traced process
+  strace            # the tests that refuse an already-traced process (attach, heapdump)
   valgrind          # the reader under memcheck: no memory error, no leak (e2e/reader_valgrind.sh)
   libc6-dbg         # glibc's lock layout from debug info (the injector checks it against its table)
   lldb              # the lldb commands' tests

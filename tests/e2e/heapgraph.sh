@@ -35,6 +35,16 @@ out=$("$MEMLYZE" heapdump -o "$T/d1.arc" "$GPID" 2>&1)
 check "heapdump writes the dump and its snapshot" test -s "$T/d1.arc" -a -s "$T/d1.mlyze"
 check "heapdump prints the pause" bash -c "printf '%s' '$out' | grep -q 'target paused [0-9.]* ms'"
 check "dump valid (memlyze validate)" "$MEMLYZE" validate "$T/d1.arc" "$T/d1.mlyze"
+# A target another tracer holds: the error names it (it blamed the kernel).
+if command -v strace >/dev/null; then
+    strace -p "$GPID" -o /dev/null 2>/dev/null & STP=$!
+    for _ in $(seq 100); do grep -q "^TracerPid:[[:space:]]*$STP" "/proc/$GPID/status" && break; sleep 0.05; done
+    out=$("$MEMLYZE" heapdump -o "$T/traced.arc" "$GPID" 2>&1)
+    kill "$STP"; wait "$STP" 2>/dev/null
+    check "heapdump of a traced process names its tracer" bash -c "grep -q 'already traced by $STP (strace)' <<<\"\$0\"" "$out"
+else
+    skip "heapdump of a traced process" "strace not installed (make deps)"
+fi
 # Roots: the program's two threads (main, holder), not the payload's drain thread.
 check "roots: the stacks of the program's 2 threads, not the profiler's" bash -c "'$MEMLYZE' dump '$T/d1.mlyze' |
     grep -o '\"kind\":\"stack\"' | wc -l | grep -qx 2"
