@@ -799,15 +799,17 @@ UNSAFE_FILES = frozenset(("malloc.c", "arena.c", "hooks.c", "dl-open.c", "dl-clo
                           "dl-lookup.c", "dl-reloc.c", "dl-runtime.c", "dl-tls.c", "dl-error-skeleton.c"))
 
 
-def frame_unsafe(name, module, filename):
+def frame_unsafe(name, module, filename, payload=None):
     """Why a frame is unsafe to call from, or None. module is the shared
-    library's path (None for the executable); the name prefixes apply to
-    glibc's own functions only, the exact allocator names anywhere (another
+    library's path (None for the executable); payload the path the payload
+    goes by here, if known (memlyze-attach loads it from a memfd, which a
+    debugger may name /proc/PID/fd/N). The name prefixes apply to glibc's
+    own functions only, the exact allocator names anywhere (another
     allocator's malloc has locks too)."""
     base = (module or "").rsplit("/", 1)[-1]
     if base.startswith("ld-linux") or base.startswith("ld.so") or re.match(r"^ld-[0-9.]+\.so", base):
         return "in the dynamic loader (%s)" % (name or base)
-    if base.startswith("libmemlyze"):
+    if base.startswith("libmemlyze") or "memlyze-payload" in (module or "") or (payload and module == payload):
         return "in the memlyze payload (%s)" % (name or base)
     in_libc = base.startswith(("libc.so", "libc-", "libpthread", "libdl"))
     if name:
@@ -898,6 +900,74 @@ def memlyze_tool():
         if d and os.access(os.path.join(d, "memlyze"), os.X_OK):
             return os.path.join(d, "memlyze")
     return None
+
+
+# The record memlyze-attach leaves for memlyze-detach (injector/state.c):
+# /tmp/memlyze-PID/state as the target sees /tmp, lines KEY=VALUE naming
+# the trace to write (output), the payload's spool, the rate, and the
+# process's start time (a record of an earlier process of that pid is not
+# its). A detach here reads it, an attach here writes it, so either tool
+# may end what the other began.
+
+def _record_dir(pid):
+    return "/proc/%d/root/tmp/memlyze-%d" % (pid, pid)
+
+
+def _start_ticks(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return int(f.read().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+def read_attach_record(pid):
+    """{"output", "spool" (as this process reaches it), ...} or None."""
+    rec = {}
+    try:
+        with open(os.path.join(_record_dir(pid), "state")) as f:
+            for line in f:
+                k, _, v = line.rstrip("\n").partition("=")
+                rec[k] = v
+    except OSError:
+        return None
+    if not rec.get("spool") or str(_start_ticks(pid)) != rec.get("start_ticks", str(_start_ticks(pid))):
+        return None
+    rec["spool_here"] = "/proc/%d/root%s" % (pid, rec["spool"]) if rec["spool"].startswith("/") else rec["spool"]
+    return rec
+
+
+def write_attach_record(pid, out, spool, rate):
+    """Best effort: an error message, or None."""
+    d = _record_dir(pid)
+    try:
+        try:
+            os.mkdir(d, 0o700)
+        except FileExistsError:
+            st = os.lstat(d)
+            if not os.path.isdir(d) or os.path.islink(d) or st.st_mode & 0o077 or st.st_uid not in (0, os.geteuid()):
+                return "%s is not a private directory" % d
+        tmp = os.path.join(d, "state.tmp")
+        with open(tmp, "w") as f:
+            f.write("output=%s\nspool=%s\nrate=%d\nattached_at=%d\nstart_ticks=%d\n"
+                    % (out, spool, rate, int(time.time()), _start_ticks(pid)))
+        os.rename(tmp, os.path.join(d, "state"))
+    except OSError as e:
+        return "cannot write the attach record in %s: %s" % (d, e.strerror)
+    return None
+
+
+def remove_attach_record(pid):
+    d = _record_dir(pid)
+    for name in ("state", "state.new"):
+        try:
+            os.unlink(os.path.join(d, name))
+        except OSError:
+            pass
+    try:
+        os.rmdir(d)                # only when empty
+    except OSError:
+        pass
 
 
 def finalize_spool(spool, out):
@@ -1190,13 +1260,17 @@ F frames each (default 4). Reads memory only."""
             f = gdb.newest_frame()
         except gdb.error as e:
             return "unreadable (%s)" % e
+        try:
+            payload = _find_info()[1]
+        except MlzError:
+            payload = None
         n = 0
         while f is not None and n < 64:
             try:
                 pc = f.pc()
                 name = f.name()
                 sal = f.find_sal()
-                why = frame_unsafe(name, gdb.solib_name(pc), _filename(sal.symtab) if sal.symtab else "")
+                why = frame_unsafe(name, gdb.solib_name(pc), _filename(sal.symtab) if sal.symtab else "", payload)
             except gdb.error:
                 break
             if why:
@@ -1339,8 +1413,10 @@ F frames each (default 4). Reads memory only."""
         if rc < 0:
             raise MlzError("the payload could not start in process %d: %s" % (pid, _strerror(rc)))
         _sessions[pid] = {"spool": spool, "output": out}
-        return ("memlyze: attached to process %d, rate %d B%s, spool %s; `memlyze detach` writes %s"
-                % (pid, rate, " (exact)" if rate == 1 else "", spool, out))
+        why = write_attach_record(pid, out, spool, rate)
+        return ("memlyze: attached to process %d, rate %d B%s, spool %s; `memlyze detach` writes %s%s"
+                % (pid, rate, " (exact)" if rate == 1 else "", spool, out,
+                   "" if not why else " (memlyze-detach cannot: %s)" % why))
 
     def _spool_from_payload(t):
         """The payload's spool path, from its debug info (not in memlyze_info)."""
@@ -1358,8 +1434,10 @@ F frames each (default 4). Reads memory only."""
             raise MlzError("memlyze is not attached to process %d%s" % (
                 pid, " (it was preloaded: it stops when the program exits)" if p.ready else ""))
         sess = _sessions.get(pid, {})
-        spool = spool or sess.get("spool") or _spool_from_payload(t)
-        out = out or sess.get("output") or (spool[:-6] if spool and spool.endswith(".mlyze.spool") else None) \
+        rec = read_attach_record(pid) or {}     # memlyze-attach's (or ours)
+        spool = spool or sess.get("spool") or rec.get("spool_here") or _spool_from_payload(t)
+        out = out or sess.get("output") or rec.get("output") \
+            or (spool[:-6] if spool and spool.endswith(".mlyze.spool") else None) \
             or os.path.abspath(default_name(pid))
         if os.path.exists(out):
             raise MlzError("%s exists: not replaced (use --output)" % out)
@@ -1370,7 +1448,9 @@ F frames each (default 4). Reads memory only."""
         _sessions.pop(pid, None)
         if not spool:
             return "memlyze: detached from process %d; spool path unknown: finalize it with memlyze finalize" % pid
-        return "memlyze: detached from process %d; %s" % (pid, finalize_spool(spool, out))
+        msg = finalize_spool(spool, out)
+        remove_attach_record(pid)
+        return "memlyze: detached from process %d; %s" % (pid, msg)
 
     class MemlyzeAttach(gdb.Command):
         """Load the memlyze profiler into this process and start sampling.

@@ -273,8 +273,10 @@ def do_attach(t, argv, say):
     if rc < 0:
         raise MlzError("the payload could not start in process %d: %s" % (t.pid, _strerror(t, rc)))
     _sessions[t.pid] = {"spool": spool, "output": out}
-    return ("memlyze: attached to process %d, rate %d B%s, spool %s; `memlyze detach` writes %s"
-            % (t.pid, rate, " (exact)" if rate == 1 else "", spool, out))
+    why = core.write_attach_record(t.pid, out, spool, rate)
+    return ("memlyze: attached to process %d, rate %d B%s, spool %s; `memlyze detach` writes %s%s"
+            % (t.pid, rate, " (exact)" if rate == 1 else "", spool, out,
+               "" if not why else " (memlyze-detach cannot: %s)" % why))
 
 
 def do_detach(t, argv, say):
@@ -286,13 +288,15 @@ def do_detach(t, argv, say):
         raise MlzError("memlyze is not attached to process %d%s" % (
             t.pid, " (it was preloaded: it stops when the program exits)" if p.ready else ""))
     sess = _sessions.get(t.pid, {})
-    spool = spool or sess.get("spool")
+    rec = core.read_attach_record(t.pid) or {}     # memlyze-attach's (or ours)
+    spool = spool or sess.get("spool") or rec.get("spool_here")
     if not spool:
         v = t.target.FindFirstGlobalVariable("mlz__g")
         sp = v.GetChildMemberWithName("spool_path") if v.IsValid() else None
         if sp is not None and sp.IsValid() and sp.GetLoadAddress() != INVALID:
             spool = core.read_cstring(t, sp.GetLoadAddress(), 4096) or None
-    out = out or sess.get("output") or (spool[:-6] if spool and spool.endswith(".mlyze.spool") else None) \
+    out = out or sess.get("output") or rec.get("output") \
+        or (spool[:-6] if spool and spool.endswith(".mlyze.spool") else None) \
         or os.path.abspath(core.default_name(t.pid))
     if os.path.exists(out):
         raise MlzError("%s exists: not replaced (use --output)" % out)
@@ -305,7 +309,9 @@ def do_detach(t, argv, say):
     _sessions.pop(t.pid, None)
     if not spool:
         return "memlyze: detached from process %d; spool path unknown: finalize it with memlyze finalize" % t.pid
-    return "memlyze: detached from process %d; %s" % (t.pid, core.finalize_spool(spool, out))
+    msg = core.finalize_spool(spool, out)
+    core.remove_attach_record(t.pid)
+    return "memlyze: detached from process %d; %s" % (t.pid, msg)
 
 
 # -- the command ---------------------------------------------------------------

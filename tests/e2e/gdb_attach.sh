@@ -88,6 +88,21 @@ wait "$HPID"
 check "multithreaded program output unchanged" test "$(tail -1 "$T/holder.out")" = "held 1124"
 check "no Python traceback" bash -c "! grep -q Traceback '$T/mt.log'"
 
+# 2b. memlyze-attach loads the payload from a memfd, which gdb names by
+# /proc/PID/fd/N: a thread stopped inside it is still seen as inside the
+# payload, and the detach calls from another (it called from that thread,
+# and the detach waited for it, failing half-done).
+"$T/holder" 4 < "$T/hin" > "$T/holder2.out" 2>&1 & HPID=$!
+exec {HIN}>"$T/hin"
+wait_lines "$T/holder2.out" 1
+"$B/bin/memlyze-attach" -q -r 4096 -o "$T/mf.mlyze" "$HPID"
+out=$(G -p "$HPID" -ex "source $GDBPY" -ex 'break mlz_hook_malloc' -ex continue -ex delete -ex 'memlyze detach')
+check "stopped inside the memfd payload: detach calls from another thread" bash -c "
+    grep -q '^memlyze: thread [0-9]* (LWP [0-9]*) is in the memlyze payload (mlz_hook_malloc' <<<\"\$0\" &&
+    grep -q '^memlyze: detached from process $HPID; trace written to $T/mf.mlyze' <<<\"\$0\"" "$out"
+exec {HIN}>&-
+wait "$HPID"
+
 # 3. The installed layout (as make install lays it out): attach finds the
 # library and detach finds memlyze relative to the scripts, without the
 # environment; once the library is loaded, gdb's auto-load hook brings the
@@ -115,4 +130,27 @@ check "installed: auto-load hook brings the commands; detach runs PREFIX/bin/mem
 exec {IN}>&-
 wait "$WPID"
 check "installed: trace valid" "$MEMLYZE" validate "$T/inst.mlyze"
+
+# 4. One tool begins, the other ends: both keep memlyze-attach's record
+# (/tmp/memlyze-PID/state), so the trace goes where the attach said, and
+# nothing is left behind.
+mkfifo "$T/xin"
+"$T/dbg_work" < "$T/xin" > "$T/x.out" 2>&1 & WPID=$!
+exec {IN}>"$T/xin"
+wait_lines "$T/x.out" 1
+G -p "$WPID" -ex "source $GDBPY" -ex "memlyze attach --rate 1 --output $T/ga.mlyze" > /dev/null
+echo work >&"$IN"; wait_lines "$T/x.out" 2
+check "gdb attach, memlyze-detach: detach succeeds" "$B/bin/memlyze-detach" -q "$WPID"
+"$MEMLYZE" top --json "$T/ga.mlyze" > "$T/ga.json" 2>&1
+check "gdb attach, memlyze-detach: the trace is the one gdb's attach named, with the round" \
+    test "$(json_site "$T/ga.json" work_keep live_bytes 2>&1)" = 10000
+check "gdb attach, memlyze-detach: no spool left" test ! -e "$T/ga.mlyze.spool"
+"$B/bin/memlyze-attach" -q -r 1 -o "$T/sa.mlyze" "$WPID"
+echo work >&"$IN"; wait_lines "$T/x.out" 3
+out=$(G -p "$WPID" -ex "source $GDBPY" -ex 'memlyze detach')
+check "memlyze-attach, gdb detach: the trace goes to memlyze-attach's -o" \
+    bash -c "grep -q '^memlyze: detached from process $WPID; trace written to $T/sa.mlyze' <<<\"\$0\"" "$out"
+check "memlyze-attach, gdb detach: its record and directory are gone" test ! -e "/tmp/memlyze-$WPID"
+exec {IN}>&-
+wait "$WPID"
 finish
