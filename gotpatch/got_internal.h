@@ -28,6 +28,7 @@ typedef struct mlz__range { uintptr_t lo, hi; int prot; } mlz__range;
 typedef struct mlz__maps { mlz__range *r; size_t n, cap; int loaded; } mlz__maps;
 
 int mlz__maps_load(mlz__maps *m);              /* 0 or MLZ_GOT_EIO/ENOMEM */
+extern int mlz__maps_errno;                    /* open's errno of the last MLZ_GOT_EIO */
 int mlz__maps_prot(const mlz__maps *m, uintptr_t addr);   /* PROT_* or -1 */
 
 /* ---- elfdyn.c: one module's dynamic section --------------------------- */

@@ -654,6 +654,8 @@ int mlz__module_counts(uintptr_t base, const ElfW(Phdr) *phdr, uint32_t *patched
     return mods[m].skip;
 }
 
+int mlz_got_maps_errno(void) { return mlz__maps_errno; }
+
 const char *mlz_got_strerror(int err)
 {
     switch (err) {

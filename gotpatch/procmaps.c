@@ -46,6 +46,8 @@ static int parse_line(const char *s, size_t n, mlz__range *out)
     return 1;
 }
 
+int mlz__maps_errno;
+
 int mlz__maps_load(mlz__maps *m)
 {
     m->n = 0;
@@ -53,7 +55,10 @@ int mlz__maps_load(mlz__maps *m)
     int fd;
     do fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
     while (fd < 0 && errno == EINTR);
-    if (fd < 0) return MLZ_GOT_EIO;
+    if (fd < 0) {
+        mlz__maps_errno = errno;
+        return MLZ_GOT_EIO;
+    }
 
     char buf[8192];
     char carry[96];          /* start of a line split across reads; the fields we need fit */

@@ -320,10 +320,13 @@ static int got_attach(void)
  * outlives its timeout (the thread finishes it alone), so the next command's
  * call may arrive while that one still runs: it is refused, never overlapped. */
 static _Atomic int entry_busy;
+/* Why the last detach left GOT slots hooked (memlyze_strerror's -EPERM). */
+static int unpatch_err, unpatch_errno;
 
 MLZ_EXPORT int memlyze_attach(const char *config)
 {
     if (atomic_exchange(&entry_busy, 1)) return -EINPROGRESS;
+    unpatch_err = 0;
     int e = atomic_load(&mlz__attached) ? -EALREADY : parse_config(config);
     if (!e && !mlz__g.spool_path[0]) e = -EINVAL;
     if (!e) e = got_attach();
@@ -356,7 +359,8 @@ static int detach(void)
 {
     if (!atomic_exchange(&mlz__attached, 0)) return -ENOENT;
     mlz_got_unpatch_report rep = { 0 };
-    mlz_got_unpatch_all(&rep);
+    unpatch_err = mlz_got_unpatch_all(&rep);
+    unpatch_errno = unpatch_err == MLZ_GOT_EIO ? mlz_got_maps_errno() : 0;
     mlz_got_inline_remove(NULL);
     atomic_store(&mlz__g.active_alloc, 0);
     atomic_store(&mlz__g.active_free, 0);
@@ -401,7 +405,14 @@ MLZ_EXPORT const char *memlyze_strerror(int code)
     case -EEXIST: return "a --hook names a function hooked as another KIND by an earlier attach (a process keeps the first)";
     case -ENOSYS: return "cannot find the process's allocation functions";
     case -EIO: return "cannot set up the profiler or open its spool file";
-    case -EPERM: return "some GOT slots could not be written or restored";
+    case -EPERM:
+        if (unpatch_err == MLZ_GOT_EIO && (unpatch_errno == EMFILE || unpatch_errno == ENFILE))
+            return "some GOT slots could not be restored: no file descriptor was free to read /proc/self/maps "
+                   "(they keep calling the payload, which only forwards)";
+        if (unpatch_err == MLZ_GOT_EIO)
+            return "some GOT slots could not be restored: /proc/self/maps could not be read "
+                   "(they keep calling the payload, which only forwards)";
+        return "some GOT slots could not be written or restored";
     case -EBUSY: return "a thread is still inside the profiler; memory kept";
     case -EINPROGRESS: return "an earlier attach or detach is still running in this process; try again in a moment";
     case -ESRCH: return "a function named by --hook is not defined in the process";
