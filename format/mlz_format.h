@@ -102,6 +102,9 @@ typedef struct mlz_writer_opts {
                                 to buf_size (<= 1 MiB) bytes of v1 events, and
                                 with two CPUs encodes them on a second thread */
     int         replace;     /* may the final rename replace an existing file */
+    int         keep_on_error; /* a failed close leaves the temporary file (an
+                                unsealed v1 stream, readable up to its last
+                                whole event): the payload's spool */
     int         plain;       /* leave the header unsealed, as a plain v1 writer
                                 would (undump of such files); a block file
                                 records it by MLZ_FLAG_UNSEALED_V1 */
@@ -118,7 +121,7 @@ typedef struct mlz_writer {
     int      fd, idx_fd;
     uint64_t fd_dev, fd_ino, idx_dev, idx_ino;   /* the files fd and idx_fd must name */
     unsigned flags;
-    int      replace, plain;
+    int      replace, plain, keep_on_error;
     int      err;            /* first errno seen; every later call fails */
     int      err_in_idx;     /* ... and it concerns the index, not the main file */
     uint8_t *buf, *zbuf;

@@ -240,6 +240,7 @@ int mlz_writer_open(mlz_writer *w, const char *path, const mlz_writer_opts *o)
 
     w->flags = o->flags;
     w->replace = o->replace;
+    w->keep_on_error = o->keep_on_error && !(o->flags & MLZ_FLAGS_BLOCKS);
     /* Block files are always sealed: one whose v1 form is unsealed says so
      * by a flag, so that converting it back gives that file again. */
     w->plain = o->plain && !(o->flags & MLZ_FLAGS_BLOCKS);
@@ -471,7 +472,8 @@ int mlz_writer_close(mlz_writer *w)
 {
     int rc = flush(w, 1);
     if (!rc && w->behind) rc = behind_collect(w);
-    if (rc) { mlz_writer_abort(w); return rc; }
+    /* The error is noted before the abort: keep_on_error looks at it. */
+    if (rc) { fail(w, rc); mlz_writer_abort(w); return rc; }
     behind_stop(w);
     mlz_split_free(w->split);
     w->split = NULL;
@@ -488,8 +490,9 @@ int mlz_writer_close(mlz_writer *w)
     uint8_t hb[MLZ_HEADER_SIZE];
     mlz_header_encode(&h, hb);
     if ((rc = own_fds(w)) || (rc = pwrite_all(w->fd, hb, sizeof hb, 0)) || (fsync(w->fd) && (rc = -errno))) {
+        fail(w, rc);
         mlz_writer_abort(w);
-        return fail(w, rc);
+        return w->err;
     }
 
     if (w->idx_fd >= 0) {
@@ -542,7 +545,7 @@ void mlz_writer_abort(mlz_writer *w)
     behind_stop(w);
     close_own(&w->fd, w->fd_dev, w->fd_ino);
     close_own(&w->idx_fd, w->idx_dev, w->idx_ino);
-    if (w->tmp[0]) unlink(w->tmp);
+    if (w->tmp[0] && !(w->keep_on_error && w->err)) unlink(w->tmp);
     if (w->idx_tmp[0]) unlink(w->idx_tmp);
     mlz_split_free(w->split);
     w->split = NULL;

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 static const char usage[] =
@@ -77,6 +78,30 @@ static int detach_exited(pid_t pid, const char *output, int finalize, int quiet)
     if (rc) return 1;
     if (!quiet) printf("memlyze: process %d exited while attached; trace up to its exit: %s\n", (int)pid, result);
     return 0;
+}
+
+/* Why the payload's spool stopped: its file system full, or the process's
+ * file-size limit (EFBIG), as far as can be seen from outside. */
+static const char *spool_failure(pid_t pid, const char *dir)
+{
+    static char why[128];
+    struct statvfs v;
+    if (statvfs(dir, &v) == 0 && (uint64_t)v.f_bavail * v.f_frsize < (4u << 20))
+        return "its file system is full";
+    char path[64], line[256];
+    snprintf(path, sizeof path, "/proc/%d/limits", (int)pid);
+    FILE *f = fopen(path, "r");
+    snprintf(why, sizeof why, "a write to it failed");
+    if (f) {
+        unsigned long long soft;
+        while (fgets(line, sizeof line, f))
+            if (sscanf(line, "Max file size %llu", &soft) == 1) {
+                snprintf(why, sizeof why, "the process's file-size limit is %llu bytes", soft);
+                break;
+            }
+        fclose(f);
+    }
+    return why;
 }
 
 int main(int argc, char **argv)
@@ -180,14 +205,19 @@ int main(int argc, char **argv)
     uint64_t total = mlz__now_us() - t0;
 
     const char *result = "no spool recorded for this process (attached by its parent before a fork?)";
+    char left[sizeof st.spool_ours + 32];
+    int unsealed = 0;
     if (have_state && finalize) {
-        struct stat sb;
-        if (stat(st.spool_ours, &sb)) {
+        /* A spool the payload could not seal (a write failed: a full disk,
+         * the process's file-size limit) is kept unsealed: readable up to
+         * its last whole event. */
+        if (mlz__state_spool_left(pid, &st, left, sizeof left)) {
             result = "the payload wrote no spool";
             mlz__state_remove(pid, &st, 1);
-        } else if ((rc = mlz__finalize(st.spool_ours, st.output))) {
+        } else if ((unsealed = strcmp(left, st.spool_ours) != 0), (rc = mlz__finalize(left, st.output))) {
             goto fail;
         } else {
+            if (unsealed) unlink(left);
             /* The trace belongs to the target's user, like the spool did. */
             if (geteuid() == 0 && t.uid != 0 && lchown(st.output, t.uid, (gid_t)-1)) {}
             result = st.output;
@@ -202,6 +232,11 @@ int main(int argc, char **argv)
                "(thread %d lent %.2f ms, total %.2f ms); trace: %s\n",
                (int)pid, t.comm, ret, s.pause_all_us / 1000.0, (int)s.r.tid, s.lend_us / 1000.0,
                total / 1000.0, result);
+    if (unsealed) {
+        fprintf(stderr, "memlyze-detach: the payload could not finish writing its spool (%s): the trace holds "
+                "what it wrote until then\n", spool_failure(pid, st.dir_ours));
+        return 1;
+    }
     if (slots_left) {
         fprintf(stderr, "memlyze-detach: process %d stopped sampling, but %s; trace: %s\n", (int)pid, msg, result);
         return 1;

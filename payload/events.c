@@ -840,7 +840,8 @@ int mlz__drain_start(void)
     if (!ml) return -1;
     uint64_t now = mlz__now_ns();
     mlz_writer_opts o = { .start_us = to_us(now), .meta = meta_buf, .meta_len = ml, .mode = 0600,
-                          .buf = spool_buf, .buf_size = sizeof spool_buf, .replace = 1 };
+                          .buf = spool_buf, .buf_size = sizeof spool_buf, .replace = 1,
+                          .keep_on_error = 1 };   /* a full disk keeps what was written */
     if (mlz_writer_open(&spool, mlz__g.spool_path, &o)) return -1;
     truncated_written = 0;
     spool_open = 1;

@@ -21,6 +21,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -69,6 +70,7 @@ typedef struct seg_file {
     char *path;
     long child;               /* 0: the process memlyze run started */
     unsigned long seq;        /* exec number: 0 for the first image */
+    int keep;                 /* its trace could not be written: left in place */
     unsigned long long ticks; /* process start time: tells a reused pid apart */
     int sealed;
 } seg_file;
@@ -94,6 +96,7 @@ static int parse_seg(const char *dir, const char *name, seg_file *sf)
     if (*p) return -1;
     if (asprintf(&sf->path, "%s/%s", dir, name) < 0) return -1;
     sf->ticks = 0;
+    sf->keep = 0;
     mlz_error e;
     mlz_reader *r = mlz_reader_open(sf->path, MLZ_READ_TRUNCATED_OK, &e);
     if (r) {
@@ -129,6 +132,30 @@ static void prog_of(const char *spool, char *out, size_t len, long *pid)
     mlz_reader_close(r);
 }
 
+/* Why an unsealed spool stopped where it did, if it was not the program's
+ * death: its file system full, or the file-size limit (ulimit -f, which
+ * the program inherited from us). NULL otherwise. */
+static const char *cut_short(const char *spool, char *why, size_t cap)
+{
+    struct statvfs v;
+    struct stat st;
+    struct rlimit r;
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof dir, "%s", spool);
+    char *slash = strrchr(dir, '/');
+    if (slash) *slash = 0;
+    if (statvfs(dir, &v) == 0 && (uint64_t)v.f_bavail * v.f_frsize < (4u << 20)) {
+        snprintf(why, cap, "the file system of %s filled up", dir);
+        return why;
+    }
+    if (getrlimit(RLIMIT_FSIZE, &r) == 0 && r.rlim_cur != RLIM_INFINITY && stat(spool, &st) == 0 &&
+        (uint64_t)st.st_size + (64u << 10) >= (uint64_t)r.rlim_cur) {
+        snprintf(why, cap, "it reached the file-size limit (ulimit -f) of %llu bytes", (unsigned long long)r.rlim_cur);
+        return why;
+    }
+    return NULL;
+}
+
 /* Finalizes one process's segments [0, n) into target and prints its line. */
 static int write_one(seg_file *segs, size_t n, const char *target, int encoding, int coverage)
 {
@@ -142,10 +169,16 @@ static int write_one(seg_file *segs, size_t n, const char *target, int encoding,
         cli_error("run", "%s", err);
         return -1;
     }
-    /* Unsealed and no exec away: the program died. */
-    if (!segs[n - 1].sealed && !sum.unprofiled_exec)
-        fprintf(stderr, "memlyze run: %s ended before its profile was sealed; keeping what it wrote\n",
-                segs[n - 1].child ? "a child" : "the program");
+    /* Unsealed and no exec away: the spool could not grow, or the program
+     * died. */
+    char why[PATH_MAX + 64];
+    if (!segs[n - 1].sealed && !sum.unprofiled_exec) {
+        if (cut_short(paths[n - 1], why, sizeof why))
+            fprintf(stderr, "memlyze run: the profile stops early: %s; keeping what it wrote\n", why);
+        else
+            fprintf(stderr, "memlyze run: %s ended before its profile was sealed; keeping what it wrote\n",
+                    segs[n - 1].child ? "a child" : "the program");
+    }
     if (coverage) print_coverage(target);
     fprintf(stderr, "memlyze run: wrote %s: %s (pid %ld), %llu allocations recorded (%llu bytes), %llu live at the end (%llu bytes)",
             target, prog, pid, (unsigned long long)sum.allocs, (unsigned long long)sum.alloc_bytes,
@@ -197,10 +230,21 @@ static int write_traces(const char *dir, const char *out, int encoding, int cove
             snprintf(target, sizeof target, "%s.%s.%ld%s.mlyze", base, prog, segs[i].child,
                      i > 0 && segs[i - 1].child == segs[i].child ? ".2" : "");
         }
-        if (write_one(segs + i, j - i, target, encoding, coverage)) failed = 1;
-        else written++;
+        if (write_one(segs + i, j - i, target, encoding, coverage)) {
+            /* Kept, and named: the recording is not lost with the trace. */
+            failed = 1;
+            fprintf(stderr, "memlyze run: its spool is kept: memlyze finalize -o %s", target);
+            for (size_t k = i; k < j; k++) fprintf(stderr, " %s", segs[k].path);
+            fputc('\n', stderr);
+            for (size_t k = i; k < j; k++) segs[k].keep = 1;
+        } else {
+            written++;
+        }
     }
-    for (size_t i = 0; i < n; i++) { unlink(segs[i].path); free(segs[i].path); }
+    for (size_t i = 0; i < n; i++) {
+        if (!segs[i].keep) unlink(segs[i].path);
+        free(segs[i].path);
+    }
     free(segs);
     return failed ? -1 : written;
 }

@@ -97,6 +97,35 @@ check "-r 1G reaches the payload as 1 GiB" bash -c "'$MEMLYZE' stats '$T/g.mlyze
 check "reallocarray: 100 blocks of 1000 B, one sample each (not two)" test "$(top_json "$T/ra.mlyze" ra_site)" = "100000 100"
 check "_exit: memlyze run gives its status" test "$(status "$MEMLYZE" run -r 1 -o "$T/ex.mlyze" -- "$T/prog" _exit)" = 3
 check "_exit: the profile is sealed, its 1000 blocks in it" test "$(top_json "$T/ex.mlyze" exit_site)" = "1000000 1000"
+# The spool cut short by the file-size limit the program inherits: the
+# trace holds what was written, and the line says why (it blamed the
+# program's death). 200000 blocks need ~2.4 MB of spool in exact mode.
+cat > "$T/many.c" <<'EOF'
+#include <stdlib.h>
+#include <stdio.h>
+static void *volatile sink;
+int main(int argc, char **argv)
+{
+    for (int i = 0; i < 200000; i++) { sink = malloc(32); free(sink); }
+    /* argv[1]: a directory to remove before the end (the trace's). */
+    if (argc > 1) { char cmd[4200]; snprintf(cmd, sizeof cmd, "rm -rf '%s'", argv[1]); if (system(cmd)) return 3; }
+    return 0;
+}
+EOF
+cc -O1 -o "$T/many" "$T/many.c" || fail "build many"
+out=$(ulimit -f 1024; "$MEMLYZE" run -r 1 -o "$T/fs.mlyze" -- "$T/many" 2>&1)
+check "ulimit -f: the profile stops early, saying why" \
+    bash -c "grep -q 'the profile stops early: it reached the file-size limit (ulimit -f) of 1048576 bytes' <<<\"\$0\"" "$out"
+check "ulimit -f: the trace holds what was written" "$MEMLYZE" validate "$T/fs.mlyze"
+# The trace cannot be written (its directory went away): the spool is kept
+# and named, never deleted with the failure.
+mkdir "$T/gone"
+out=$("$MEMLYZE" run -r 1 -o "$T/gone/g.mlyze" -- "$T/many" "$T/gone" 2>&1); rc=$?
+kept=$(sed -n 's/^memlyze run: its spool is kept: memlyze finalize -o [^ ]* //p' <<<"$out")
+check "trace not writable: exit 1, the spool kept and named" bash -c "[ $rc -eq 1 ] && [ -n '$kept' ] && [ -s '$kept' ]" "$out"
+mkdir "$T/gone"
+check "and memlyze finalize turns it into the trace" "$MEMLYZE" finalize -o "$T/gone/g.mlyze" $kept
+case "$kept" in /tmp/memlyze-run.*/*) rm -rf "${kept%/*}";; esac
 # quick_exit reaches _exit without the PLT; the program's handlers run first.
 check "quick_exit: memlyze run gives its status" test "$(status "$MEMLYZE" run -r 1 -o "$T/qx.mlyze" -- "$T/prog" quick_exit)" = 4
 check "quick_exit: the profile is sealed after the program's handlers (500 of 1000 blocks live)" \
