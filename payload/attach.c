@@ -296,7 +296,8 @@ static int got_attach(void)
     };
     if (!r.malloc || !r.free || !r.calloc || !r.realloc) return -ENOENT;
     mlz__g.real = r;
-    if (mlz__start()) return -EIO;
+    int started = mlz__start();
+    if (started) return started == -2 ? -EAGAIN : -EIO;
     atomic_store(&mlz__attached, 1);
     if (inline_wanted && !inline_remote) mlz_got_inline_install();   /* before the GOT: its slots to these are left alone */
     int n = mlz_got_patch_all();
@@ -405,6 +406,7 @@ MLZ_EXPORT const char *memlyze_strerror(int code)
     case -EEXIST: return "a --hook names a function hooked as another KIND by an earlier attach (a process keeps the first)";
     case -ENOSYS: return "cannot find the process's allocation functions";
     case -EIO: return "cannot set up the profiler or open its spool file";
+    case -EAGAIN: return "cannot start the profiler's drain thread (out of memory, or the thread limit)";
     case -EPERM:
         if (unpatch_err == MLZ_GOT_EIO && (unpatch_errno == EMFILE || unpatch_errno == ENFILE))
             return "some GOT slots could not be restored: no file descriptor was free to read /proc/self/maps "

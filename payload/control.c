@@ -34,7 +34,13 @@ int mlz__start(void)
         return -1;
     }
     if (!mlz__g.spool_path[0]) mlz__default_spool_path();
-    if (mlz__drain_start()) {
+    int rc = mlz__drain_start();
+    if (rc == -2) {
+        mlz__err_line("memlyze: cannot start the profiler's thread (out of memory or threads); allocations pass "
+                      "through untracked\n");
+        return -2;
+    }
+    if (rc) {
         mlz__err_line("memlyze: cannot open the spool file; allocations pass through untracked\n");
         return -1;
     }

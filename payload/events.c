@@ -861,7 +861,7 @@ int mlz__drain_start(void)
     int rc = pthread_create(&drain_thread, NULL, drain_main, (void *)(uintptr_t)gen);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     mlz__tls.s.in_hook = g;
-    if (rc) { mlz_writer_abort(&spool); spool_open = 0; return -1; }
+    if (rc) { mlz_writer_abort(&spool); spool_open = 0; return -2; }
     atomic_store(&drain_running, 1);
     return 0;
 }

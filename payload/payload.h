@@ -222,7 +222,7 @@ mlz_ring *mlz__ring(void);
  * event had not happened to the profile (an ALLOC's sample is given up). */
 int  mlz__push(mlz_ring *r, enum mlz_rec_kind kind, uint64_t ts_ns, uint64_t addr, uint64_t size,
                uint32_t stack_id);
-int  mlz__drain_start(void);         /* opens the spool, starts the thread */
+int  mlz__drain_start(void);         /* opens the spool (else -1), starts the thread (else -2) */
 void mlz__drain_stop(void);          /* final drain, seals the spool */
 void mlz__drain_forget(void);        /* fork child: the thread is gone */
 void mlz__drain_release(void);       /* unmaps the rings (detach, quiescent) */

@@ -75,6 +75,13 @@ check "seccomp: --allow-seccomp attaches under an allow-all filter" A -q --allow
 check "seccomp: detach" D -q "$TP"
 finish_target seccomp
 cleanup_state "$TP"
+# A filter that refuses clone: the payload cannot start its drain thread,
+# and says that (it said it could not open its spool file).
+start_target noclone noclone
+check "seccomp without clone: the refusal names the drain thread" \
+    bash -c "'$ATTACH' --allow-seccomp -o '$T/nc.mlyze' $TP 2>&1 | grep -q \"cannot start the profiler's drain thread\""
+finish_target noclone
+cleanup_state "$TP"
 # timeout(1) waits in sigsuspend, its only thread: nothing to borrow, and the
 # refusal says why.
 timeout 30 sleep 30 & SU=$!

@@ -18,6 +18,8 @@
  *              constructor sleeps: often inside the loader
  *   seccomp    single, under an allow-everything seccomp filter
  *   strict     seccomp strict mode, blocked in read() until killed
+ *   noclone    single, under a seccomp filter refusing clone and clone3
+ *              (EPERM): no thread can be created
  *   idle N     N threads waiting on a condition variable (a quiet server)
  *   fork       churns; forks once when STOP.fork exists (the child's pid
  *              goes to TIDS as "child"); both churn until STOP
@@ -461,7 +463,7 @@ static int mode_dlopen(const char *lib)
 static int mode_seccomp(int strict)
 {
     note_tid("main");
-    if (strict) {
+    if (strict == 1) {
         int p[2];
         char c;
         if (pipe(p)) return 1;
@@ -470,7 +472,15 @@ static int mode_seccomp(int strict)
         syscall(SYS_exit, 0);
     }
     struct sock_filter allow = BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
+    struct sock_filter noclone[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, 0),                       /* seccomp_data.nr */
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_clone, 2, 0),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 435 /* clone3 */, 1, 0),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
+    };
     struct sock_fprog prog = { 1, &allow };
+    if (strict == 2) prog = (struct sock_fprog){ sizeof noclone / sizeof *noclone, noclone };
     if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) || prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog)) return 1;
     return mode_single();
 }
@@ -718,6 +728,7 @@ int main(int argc, char **argv)
     else if (!strcmp(m, "idle")) rc = mode_idle(n);
     else if (!strcmp(m, "seccomp")) rc = mode_seccomp(0);
     else if (!strcmp(m, "strict")) rc = mode_seccomp(1);
+    else if (!strcmp(m, "noclone")) rc = mode_seccomp(2);
     if (rc) return rc;
     printf("%s\n", failures ? "target: FAILED" : "target: all ok");
     return failures ? 1 : 0;
