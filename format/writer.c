@@ -527,7 +527,7 @@ int mlz_writer_close(mlz_writer *w)
         unlink(w->tmp);
     }
     if (rc) {
-        unlink(w->tmp);
+        if (!w->keep_on_error) unlink(w->tmp);
         if (w->idx_path[0]) unlink(w->idx_path);
         return fail(w, rc);
     }

@@ -84,11 +84,28 @@ static int detach_exited(pid_t pid, const char *output, int finalize, int quiet)
  * file-size limit (EFBIG), as far as can be seen from outside. */
 static const char *spool_failure(pid_t pid, const char *dir)
 {
-    static char why[128];
+    static char why[320];
     struct statvfs v;
+    struct stat d;
     if (statvfs(dir, &v) == 0 && (uint64_t)v.f_bavail * v.f_frsize < (4u << 20))
         return "its file system is full";
     char path[64], line[256];
+    /* A daemon dropping privileges: its directory is no longer its own. */
+    unsigned uid;
+    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+    FILE *s = fopen(path, "r");
+    if (s) {
+        while (fgets(line, sizeof line, s))
+            if (sscanf(line, "Uid: %*u %u", &uid) == 1) {
+                if (stat(dir, &d) == 0 && uid != 0 && uid != d.st_uid) {
+                    snprintf(why, sizeof why, "the process now runs as uid %u, which may not write in %s", uid, dir);
+                    fclose(s);
+                    return why;
+                }
+                break;
+            }
+        fclose(s);
+    }
     snprintf(path, sizeof path, "/proc/%d/limits", (int)pid);
     FILE *f = fopen(path, "r");
     snprintf(why, sizeof why, "a write to it failed");
@@ -207,6 +224,7 @@ int main(int argc, char **argv)
     const char *result = "no spool recorded for this process (attached by its parent before a fork?)";
     char left[sizeof st.spool_ours + 32];
     int unsealed = 0;
+    const char *short_why = "";
     if (have_state && finalize) {
         /* A spool the payload could not seal (a write failed: a full disk,
          * the process's file-size limit) is kept unsealed: readable up to
@@ -217,7 +235,10 @@ int main(int argc, char **argv)
         } else if ((unsealed = strcmp(left, st.spool_ours) != 0), (rc = mlz__finalize(left, st.output))) {
             goto fail;
         } else {
-            if (unsealed) unlink(left);
+            if (unsealed) {
+                short_why = spool_failure(pid, st.dir_ours);   /* while the directory is there */
+                unlink(left);
+            }
             /* The trace belongs to the target's user, like the spool did. */
             if (geteuid() == 0 && t.uid != 0 && lchown(st.output, t.uid, (gid_t)-1)) {}
             result = st.output;
@@ -234,7 +255,7 @@ int main(int argc, char **argv)
                total / 1000.0, result);
     if (unsealed) {
         fprintf(stderr, "memlyze-detach: the payload could not finish writing its spool (%s): the trace holds "
-                "what it wrote until then\n", spool_failure(pid, st.dir_ours));
+                "what it wrote until then\n", short_why);
         return 1;
     }
     if (slots_left) {

@@ -3,12 +3,14 @@
 # to 1 MiB after the attach, as a full disk would stop it too). The payload
 # keeps what it wrote, unsealed; memlyze-detach writes the trace from it,
 # says why it is short, exits 1 and leaves nothing in /tmp. (It deleted the
-# spool, said "the payload wrote no spool" and exited 0.)
+# spool, said "the payload wrote no spool" and exited 0.) The same for a
+# target that drops root after the attach.
 . "$(dirname "$0")/lib.sh"
 . "$ROOT/tests/targets/attach_helpers.sh"
 [ -n "$REAL_PAYLOAD" ] || { skip "attach_spool_full" "no libmemlyze.so in the build"; finish; }
 
 cat > "$T/fsz.c" <<'EOF2'
+#define _GNU_SOURCE
 /* Lines on stdin: "limit" sets RLIMIT_FSIZE to 1 MiB, "work" makes and
  * frees 200000 blocks (about 2.4 MB of exact-mode spool) and keeps 10 from
  * kept_site. Each command answers with one line. */
@@ -16,6 +18,7 @@ cat > "$T/fsz.c" <<'EOF2'
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <unistd.h>
 static void *volatile sink;
 static void *volatile keep[100];   /* or the compiler drops the calls */
 static int nkeep;
@@ -27,6 +30,7 @@ int main(void)
     printf("ready\n");
     while (fgets(line, sizeof line, stdin)) {
         if (!strncmp(line, "limit", 5)) { struct rlimit r = { 1 << 20, 1 << 20 }; setrlimit(RLIMIT_FSIZE, &r); }
+        if (!strncmp(line, "drop", 4) && setresuid(65534, 65534, 65534)) return 2;
         if (!strncmp(line, "work", 4)) {
             for (int i = 0; i < 10 && nkeep < 100; i++) kept_site();
             for (int i = 0; i < 200000; i++) { sink = malloc(32); free(sink); }
@@ -61,4 +65,27 @@ exec {TGT[1]}>&-
 wait "$pid"; rc=$?
 check "the target ran on and exited normally" test "$rc" -eq 0
 cleanup_state "$pid"
+
+# A daemon dropping root after the attach may no longer write in the
+# root-owned spool directory: the seal fails the same way, and the cause
+# is named.
+if [ "$(id -u)" = 0 ]; then
+    coproc TGT { exec "$T/fsz"; }
+    pid=$TGT_PID
+    read -r -t 10 _ <&"${TGT[0]}"
+    "$B/bin/memlyze-attach" -q -r 1 -o "$T/u.mlyze" "$pid" || fail "attach (uid drop)"
+    say work
+    say drop
+    out=$("$B/bin/memlyze-detach" -q "$pid" 2>&1); rc=$?
+    check "uid dropped: exit 1, naming the new uid" \
+        bash -c "[ $rc -eq 1 ] && grep -q 'the process now runs as uid 65534' <<<\"\$0\"" "$out"
+    check "uid dropped: the trace holds the kept blocks" \
+        bash -c "'$MEMLYZE' top --json '$T/u.mlyze' | grep -q '\"live_bytes\": *10000'"
+    check "uid dropped: nothing is left in /tmp" test ! -e "/tmp/memlyze-$pid"
+    exec {TGT[1]}>&-
+    wait "$pid"
+    cleanup_state "$pid"
+else
+    skip "uid dropped after attach" "needs root"
+fi
 finish
