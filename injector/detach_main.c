@@ -229,10 +229,12 @@ int main(int argc, char **argv)
         /* A spool the payload could not seal (a write failed: a full disk,
          * the process's file-size limit) is kept unsealed: readable up to
          * its last whole event. */
-        if (mlz__state_spool_left(pid, &st, left, sizeof left)) {
+        int found = mlz__state_spool_left(pid, &st, left, sizeof left) == 0;
+        unsealed = found && strcmp(left, st.spool_ours) != 0;
+        if (!found) {
             result = "the payload wrote no spool";
             mlz__state_remove(pid, &st, 1);
-        } else if ((unsealed = strcmp(left, st.spool_ours) != 0), (rc = mlz__finalize(left, st.output))) {
+        } else if ((rc = mlz__finalize(left, st.output))) {
             goto fail;
         } else {
             if (unsealed) {
