@@ -206,9 +206,9 @@ MLZ_EXPORT size_t mlz_got_slots(mlz_got_slot *out, size_t cap);
 
 MLZ_EXPORT void mlz_got_get_stats(mlz_got_stats *out);
 
-MLZ_EXPORT /* The errno with which /proc/self/maps last failed to open (MLZ_GOT_EIO). */
-int mlz_got_maps_errno(void);
-const char *mlz_got_strerror(int err);
+MLZ_EXPORT const char *mlz_got_strerror(int err);
+/* The errno with which /proc/self/maps last failed to open (MLZ_GOT_EIO). */
+MLZ_EXPORT int mlz_got_maps_errno(void);
 MLZ_EXPORT const char *mlz_got_kind_name(int kind);
 MLZ_EXPORT const char *mlz_got_state_name(int state);
 

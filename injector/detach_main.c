@@ -13,7 +13,6 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
-#include <sys/statvfs.h>
 #include <unistd.h>
 
 static const char usage[] =
@@ -78,47 +77,6 @@ static int detach_exited(pid_t pid, const char *output, int finalize, int quiet)
     if (rc) return 1;
     if (!quiet) printf("memlyze: process %d exited while attached; trace up to its exit: %s\n", (int)pid, result);
     return 0;
-}
-
-/* Why the payload's spool stopped: its file system full, or the process's
- * file-size limit (EFBIG), as far as can be seen from outside. */
-static const char *spool_failure(pid_t pid, const char *dir)
-{
-    static char why[320];
-    struct statvfs v;
-    struct stat d;
-    if (statvfs(dir, &v) == 0 && (uint64_t)v.f_bavail * v.f_frsize < (4u << 20))
-        return "its file system is full";
-    char path[64], line[256];
-    /* A daemon dropping privileges: its directory is no longer its own. */
-    unsigned uid;
-    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
-    FILE *s = fopen(path, "r");
-    if (s) {
-        while (fgets(line, sizeof line, s))
-            if (sscanf(line, "Uid: %*u %u", &uid) == 1) {
-                if (stat(dir, &d) == 0 && uid != 0 && uid != d.st_uid) {
-                    snprintf(why, sizeof why, "the process now runs as uid %u, which may not write in %s", uid, dir);
-                    fclose(s);
-                    return why;
-                }
-                break;
-            }
-        fclose(s);
-    }
-    snprintf(path, sizeof path, "/proc/%d/limits", (int)pid);
-    FILE *f = fopen(path, "r");
-    snprintf(why, sizeof why, "a write to it failed");
-    if (f) {
-        unsigned long long soft;
-        while (fgets(line, sizeof line, f))
-            if (sscanf(line, "Max file size %llu", &soft) == 1) {
-                snprintf(why, sizeof why, "the process's file-size limit is %llu bytes", soft);
-                break;
-            }
-        fclose(f);
-    }
-    return why;
 }
 
 int main(int argc, char **argv)
@@ -224,7 +182,7 @@ int main(int argc, char **argv)
     const char *result = "no spool recorded for this process (attached by its parent before a fork?)";
     char left[sizeof st.spool_ours + 32];
     int unsealed = 0;
-    const char *short_why = "";
+    char short_why[PATH_MAX + 160] = "a write to it failed";
     if (have_state && finalize) {
         /* A spool the payload could not seal (a write failed: a full disk,
          * the process's file-size limit) is kept unsealed: readable up to
@@ -238,7 +196,7 @@ int main(int argc, char **argv)
             goto fail;
         } else {
             if (unsealed) {
-                short_why = spool_failure(pid, st.dir_ours);   /* while the directory is there */
+                mlz_proc_spool_cut(pid, left, short_why, sizeof short_why);   /* while it is there */
                 unlink(left);
             }
             /* The trace belongs to the target's user, like the spool did. */

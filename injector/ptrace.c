@@ -160,13 +160,9 @@ const char *mlz__pt_perm_cause(pid_t pid, int err, char *buf, size_t cap)
         fclose(f);
     }
     if (tracer > 0 && tracer != (int)getpid()) {
-        char who[64] = "?";
-        snprintf(path, sizeof path, "/proc/%d/comm", tracer);
-        if ((f = fopen(path, "r"))) {
-            if (fgets(who, sizeof who, f)) who[strcspn(who, "\n")] = 0;
-            fclose(f);
-        }
-        snprintf(buf, cap, "it is already traced by %d (%s): detach that debugger first", tracer, who);
+        char who[64];
+        snprintf(buf, cap, "it is already traced by %d (%s): detach that debugger first", tracer,
+                 mlz__thread_name(tracer, tracer, who, sizeof who));
     } else if (scope == 3)
         snprintf(buf, cap, "permission denied: YAMA ptrace_scope is 3 (no process may ptrace; only a reboot lowers it)");
     else if (scope == 2 && !cap_ok)

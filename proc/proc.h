@@ -115,4 +115,10 @@ int  mlz_proc_payload_find(pid_t pid, mlz_proc_module *m);
  * whether its layout is one we read is memlyze_info_readable()'s say. */
 int  mlz_proc_payload_info(pid_t pid, const mlz_proc_module *m, struct memlyze_info *in, uint64_t *addr);
 
+/* spool_cut.c: why the unsealed spool of pid (0: of a child of ours, gone)
+ * stopped growing: its file system full, pid's user no longer allowed in
+ * its directory, or the file-size limit reached; into why, or NULL when
+ * none of these shows (a write failed otherwise, or the process died). */
+const char *mlz_proc_spool_cut(pid_t pid, const char *spool, char *why, size_t cap);
+
 #endif

@@ -2,7 +2,6 @@
  * cli.c - helpers shared by the memlyze subcommands.
  */
 #include "cli.h"
-#include "size_text.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -81,8 +80,6 @@ char *cli_text(char *s)
         if (*p < 0x20 || *p == 0x7f) *p = '?';
     return s;
 }
-
-long long cli_parse_size(const char *s) { return mlz_size_parse(s); }
 
 int cli_parse_number(const char *s, double max, double *out)
 {

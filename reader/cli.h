@@ -39,8 +39,6 @@ const char *cli_bytes(double bytes, char *buf, size_t len);
 /* A number in [0, max] (NaN and infinities refused): 0, or -1. */
 int  cli_parse_number(const char *s, double max, double *out);
 int  cli_parse_time(const char *s, uint64_t start_us, uint64_t *out);
-/* Parses sizes like "512k", "4M", "1"; -1 on error. */
-long long cli_parse_size(const char *s);
 
 extern const mlz_command cmd_validate, cmd_dump, cmd_undump, cmd_stats, cmd_top, cmd_finalize, cmd_run, cmd_snapshot, cmd_diff, cmd_tree, cmd_leaks, cmd_temporary, cmd_attach, cmd_detach;
 extern const mlz_command cmd_export, cmd_flamegraph, cmd_timeline;

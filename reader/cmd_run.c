@@ -8,6 +8,7 @@
 #include "proc.h"
 #include "gotpatch.h"
 #include "info.h"
+#include "size_text.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -21,7 +22,6 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
-#include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -132,30 +132,6 @@ static void prog_of(const char *spool, char *out, size_t len, long *pid)
     mlz_reader_close(r);
 }
 
-/* Why an unsealed spool stopped where it did, if it was not the program's
- * death: its file system full, or the file-size limit (ulimit -f, which
- * the program inherited from us). NULL otherwise. */
-static const char *cut_short(const char *spool, char *why, size_t cap)
-{
-    struct statvfs v;
-    struct stat st;
-    struct rlimit r;
-    char dir[PATH_MAX];
-    snprintf(dir, sizeof dir, "%s", spool);
-    char *slash = strrchr(dir, '/');
-    if (slash) *slash = 0;
-    if (statvfs(dir, &v) == 0 && (uint64_t)v.f_bavail * v.f_frsize < (4u << 20)) {
-        snprintf(why, cap, "the file system of %s filled up", dir);
-        return why;
-    }
-    if (getrlimit(RLIMIT_FSIZE, &r) == 0 && r.rlim_cur != RLIM_INFINITY && stat(spool, &st) == 0 &&
-        (uint64_t)st.st_size + (64u << 10) >= (uint64_t)r.rlim_cur) {
-        snprintf(why, cap, "it reached the file-size limit (ulimit -f) of %llu bytes", (unsigned long long)r.rlim_cur);
-        return why;
-    }
-    return NULL;
-}
-
 /* Finalizes one process's segments [0, n) into target and prints its line. */
 static int write_one(seg_file *segs, size_t n, const char *target, int encoding, int coverage)
 {
@@ -173,7 +149,7 @@ static int write_one(seg_file *segs, size_t n, const char *target, int encoding,
      * died. */
     char why[PATH_MAX + 64];
     if (!segs[n - 1].sealed && !sum.unprofiled_exec) {
-        if (cut_short(paths[n - 1], why, sizeof why))
+        if (mlz_proc_spool_cut(0, paths[n - 1], why, sizeof why))
             fprintf(stderr, "memlyze run: the profile stops early: %s; keeping what it wrote\n", why);
         else
             fprintf(stderr, "memlyze run: %s ended before its profile was sealed; keeping what it wrote\n",
@@ -401,9 +377,9 @@ static int run(int argc, char **argv)
         switch (c) {
         case 'r': {
             /* Passed on as bytes: the payload reads a plain number. */
-            long long r = cli_parse_size(optarg);
+            int64_t r = mlz_size_parse(optarg);
             if (r <= 0) return cli_usage_error(&cmd_run, "--rate needs a size in bytes");
-            snprintf(rate, sizeof rate, "%lld", r);
+            snprintf(rate, sizeof rate, "%lld", (long long)r);
             break;
         }
         case 'o': out = optarg; break;

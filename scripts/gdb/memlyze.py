@@ -931,7 +931,8 @@ def read_attach_record(pid):
                 rec[k] = v
     except OSError:
         return None
-    if not rec.get("spool") or str(_start_ticks(pid)) != rec.get("start_ticks", str(_start_ticks(pid))):
+    ticks = rec.get("start_ticks")
+    if not rec.get("spool") or (ticks and ticks != str(_start_ticks(pid))):
         return None
     rec["spool_here"] = "/proc/%d/root%s" % (pid, rec["spool"]) if rec["spool"].startswith("/") else rec["spool"]
     return rec

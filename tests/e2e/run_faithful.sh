@@ -115,7 +115,7 @@ EOF
 cc -O1 -o "$T/many" "$T/many.c" || fail "build many"
 out=$(ulimit -f 1024; "$MEMLYZE" run -r 1 -o "$T/fs.mlyze" -- "$T/many" 2>&1)
 check "ulimit -f: the profile stops early, saying why" \
-    bash -c "grep -q 'the profile stops early: it reached the file-size limit (ulimit -f) of 1048576 bytes' <<<\"\$0\"" "$out"
+    bash -c "grep -q 'the profile stops early: it reached its file-size limit of 1048576 bytes' <<<\"\$0\"" "$out"
 check "ulimit -f: the trace holds what was written" "$MEMLYZE" validate "$T/fs.mlyze"
 # The trace cannot be written (its directory went away): the spool is kept
 # and named, never deleted with the failure.
