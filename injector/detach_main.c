@@ -52,7 +52,7 @@ static int keep_spool_left(pid_t pid, mlz_state *st, const char *output, int fin
             return MLZ_INJ_EREFUSE;
         }
         if (finalize) {
-            if ((rc = mlz__finalize(left, st->output))) return rc;
+            if ((rc = mlz__finalize(left, st->output, pid))) return rc;
             if (geteuid() == 0 && uid != 0 && lchown(st->output, uid, (gid_t)-1)) {}
             unlink(left);
             snprintf(result, cap, "%s", st->output);
@@ -192,7 +192,7 @@ int main(int argc, char **argv)
         if (!found) {
             result = "the payload wrote no spool";
             mlz__state_remove(pid, &st, 1);
-        } else if ((rc = mlz__finalize(left, st.output))) {
+        } else if ((rc = mlz__finalize(left, st.output, pid))) {
             goto fail;
         } else {
             if (unsealed) {

@@ -301,8 +301,9 @@ void mlz__state_remove(pid_t pid, const mlz_state *s, int keep_spool);
 int  mlz__abspath(const char *p, char *out, size_t cap);
 /* The payload next to our binary (or $MEMLYZE_PAYLOAD). */
 int  mlz__default_payload(char *buf, size_t cap);
-/* Runs `memlyze finalize -o OUT SPOOL`; 0 on success. */
-int  mlz__finalize(const char *spool, const char *out);
+/* Runs `memlyze finalize --pid PID -o OUT SPOOL` (PID: the process the
+ * spool came from, as numbered here); 0 on success. */
+int  mlz__finalize(const char *spool, const char *out, pid_t pid);
 
 /* ---- cli.c: what attach_main.c and detach_main.c share */
 typedef struct mlz_cli {

@@ -22,19 +22,6 @@
 #include <time.h>
 #include <unistd.h>
 
-/* The process's start time (clock ticks since boot): with the pid, it names
- * one process. A record left by a process that died with our payload in it
- * must not be taken for that of a later process given the same pid. */
-static unsigned long long start_ticks(pid_t pid)
-{
-    char buf[1024];
-    unsigned long long t = 0;
-    const char *f = mlz_proc_stat_fields(pid, 0, buf, sizeof buf);
-    if (!f || sscanf(f, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d %*d %llu", &t) != 1)
-        return 0;
-    return t;
-}
-
 static void dir_paths(pid_t pid, mlz_state *s)
 {
     snprintf(s->dir_ours, sizeof s->dir_ours, "/proc/%d/root/tmp/memlyze-%d", (int)pid, (int)pid);
@@ -87,7 +74,7 @@ int mlz__state_write(pid_t pid, const mlz_state *s)
     if (fd < 0) { mlz__err("cannot write %s: %s", tmp, strerror(errno)); return MLZ_INJ_EIO; }
     FILE *f = fdopen(fd, "w");
     fprintf(f, "output=%s\nspool=%s\nrate=%llu\nattached_at=%lld\nstart_ticks=%llu\n", s->output, s->spool,
-            (unsigned long long)s->rate, s->attached_at, start_ticks(pid));
+            (unsigned long long)s->rate, s->attached_at, mlz_proc_start_ticks(pid));
     if (fclose(f) || rename(tmp, path)) { mlz__err("cannot write %s: %s", path, strerror(errno)); return MLZ_INJ_EIO; }
     return 0;
 }
@@ -159,7 +146,7 @@ int mlz__state_read(pid_t pid, mlz_state *s)
     memset(s, 0, sizeof *s);
     dir_paths(pid, s);
     if (read_record(s, &ticks)) return MLZ_INJ_ESTATE;
-    if (ticks && ticks != start_ticks(pid)) {
+    if (ticks && ticks != mlz_proc_start_ticks(pid)) {
         /* Another process's, with the same pid: gone, so is its record. */
         snprintf(s->spool_ours, sizeof s->spool_ours, "/proc/%d/root%s", (int)pid, s->spool);
         mlz__state_remove(pid, s, 0);
@@ -252,16 +239,17 @@ int mlz__default_payload(char *buf, size_t cap)
     return 0;
 }
 
-int mlz__finalize(const char *spool, const char *out)
+int mlz__finalize(const char *spool, const char *out, pid_t pid)
 {
-    char dir[PATH_MAX], tool[PATH_MAX + 16];
+    char dir[PATH_MAX], tool[PATH_MAX + 16], pidarg[24];
+    snprintf(pidarg, sizeof pidarg, "%d", (int)pid);
     if (exe_dir(dir, sizeof dir) == 0) snprintf(tool, sizeof tool, "%s/memlyze", dir);
     else tool[0] = 0;
     pid_t p = fork();
     if (p < 0) { mlz__err("fork: %s", strerror(errno)); return MLZ_INJ_EIO; }
     if (p == 0) {
-        if (tool[0] && access(tool, X_OK) == 0) execl(tool, "memlyze", "finalize", "-o", out, spool, (char *)NULL);
-        execlp("memlyze", "memlyze", "finalize", "-o", out, spool, (char *)NULL);
+        if (tool[0] && access(tool, X_OK) == 0) execl(tool, "memlyze", "finalize", "--pid", pidarg, "-o", out, spool, (char *)NULL);
+        execlp("memlyze", "memlyze", "finalize", "--pid", pidarg, "-o", out, spool, (char *)NULL);
         fprintf(stderr, "memlyze: cannot run memlyze finalize: %s\n", strerror(errno));
         _exit(127);
     }

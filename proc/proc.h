@@ -42,6 +42,9 @@ int mlz_proc_read(pid_t pid, uint64_t addr, void *buf, size_t len);
 /* /proc/PID/task/TID/stat (tid 0: /proc/PID/stat) read into buf; returns
  * its fields after the command name, state letter first, or NULL if gone. */
 const char *mlz_proc_stat_fields(pid_t pid, pid_t tid, char *buf, size_t cap);
+/* The process's start time (clock ticks since boot; 0 if gone): with the
+ * pid, it names one process, never a later one given the same pid. */
+unsigned long long mlz_proc_start_ticks(pid_t pid);
 /* The thread to read a process through: pid itself while its main thread
  * lives; once that one has exited (pthread_exit in main, the others running
  * on) /proc/PID/maps is empty and reads through pid fail, so a thread still

@@ -27,6 +27,16 @@ const char *mlz_proc_stat_fields(pid_t pid, pid_t tid, char *buf, size_t cap)
     return p && p[1] == ' ' && p[2] ? p + 2 : NULL;
 }
 
+unsigned long long mlz_proc_start_ticks(pid_t pid)
+{
+    char buf[1024];
+    unsigned long long t = 0;
+    const char *f = mlz_proc_stat_fields(pid, 0, buf, sizeof buf);
+    if (!f || sscanf(f, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d %*d %llu", &t) != 1)
+        return 0;
+    return t;
+}
+
 /* Exited (a zombie, or dead) or gone. */
 static int gone_thread(pid_t pid, pid_t tid)
 {

@@ -12,9 +12,11 @@ static int run(int argc, char **argv)
 {
     const char *out = NULL;
     int encoding = MLZ_ENC_SPLIT, compress = 0, force = 0, c;
+    pid_t pid = 0;
     static const struct option opts[] = {
         { "output", required_argument, 0, 'o' }, { "compress", no_argument, 0, 'z' },
-        { "force", no_argument, 0, 'f' }, { "format", required_argument, 0, 'F' }, { 0, 0, 0, 0 } };
+        { "force", no_argument, 0, 'f' }, { "format", required_argument, 0, 'F' },
+        { "pid", required_argument, 0, 'p' }, { 0, 0, 0, 0 } };
     while ((c = getopt_long(argc, argv, "o:zf", opts, NULL)) != -1) {
         if (c == 'o') out = optarg;
         else if (c == 'z') compress = 1;
@@ -23,6 +25,13 @@ static int run(int argc, char **argv)
                 return cli_usage_error(&cmd_finalize, "--format takes v1, lz4 or split");
         }
         else if (c == 'f') force = 1;
+        else if (c == 'p') {
+            char *end;
+            long v = strtol(optarg, &end, 10);
+            if (*end || end == optarg || v <= 0 || v > INT32_MAX)
+                return cli_usage_error(&cmd_finalize, "--pid takes a process id");
+            pid = (pid_t)v;
+        }
         else return cli_usage_error(&cmd_finalize, "bad option");
     }
     if (argc - optind < 1) return cli_usage_error(&cmd_finalize, "need a SPOOL");
@@ -30,7 +39,7 @@ static int run(int argc, char **argv)
     char err[512];
     if (compress) encoding = MLZ_ENC_LZ4;
     if (mlz_finalize_segments((const char *const *)argv + optind, (size_t)(argc - optind), out, "trace",
-                              encoding, force, NULL, err, sizeof err))
+                              encoding, force, pid, NULL, err, sizeof err))
         return cli_error("finalize", "%s", err);
     char loss[256];
     if (mlz_loss_of_file(out, loss, sizeof loss)) fprintf(stderr, "memlyze: %s: %s\n", out, loss);
@@ -39,7 +48,7 @@ static int run(int argc, char **argv)
 
 const mlz_command cmd_finalize = {
     "finalize", run, "symbolize a payload spool into a .mlyze trace",
-    "usage: memlyze finalize [--format split|v1|lz4] [-z] [-f] -o FILE SPOOL [SPOOL.exec1 ...]\n"
+    "usage: memlyze finalize [--format split|v1|lz4] [-z] [-f] [--pid PID] -o FILE SPOOL [SPOOL.exec1 ...]\n"
     "\n"
     "Reads the raw spool the profiler wrote inside a process (stacks as program\n"
     "counters, the module map) and writes FILE: a .mlyze trace whose stacks are\n"
@@ -52,5 +61,9 @@ const mlz_command cmd_finalize = {
     "                      extension) and a .mlyze.idx index; v1: the plain v1\n"
     "                      format; lz4: v1 in LZ4 blocks with an index\n"
     "  -z, --compress      v1 in LZ4 blocks (same as --format lz4)\n"
-    "  -f, --force         replace FILE if it exists\n",
+    "  -f, --force         replace FILE if it exists\n"
+    "  --pid PID           the spool's process, numbered as here (memlyze-detach\n"
+    "                      passes it; default: the spool's own pid). While it\n"
+    "                      runs, module paths are looked up in its file system\n"
+    "                      (/proc/PID/root: a container's files) first\n",
 };

@@ -141,7 +141,7 @@ static int write_one(seg_file *segs, size_t n, const char *target, int encoding,
     mlz_fin_summary sum;
     long pid;
     prog_of(paths[n - 1], prog, sizeof prog, &pid);
-    if (mlz_finalize_segments(paths, n, target, "trace", encoding, 0, &sum, err, sizeof err)) {
+    if (mlz_finalize_segments(paths, n, target, "trace", encoding, 0, 0, &sum, err, sizeof err)) {
         cli_error("run", "%s", err);
         return -1;
     }

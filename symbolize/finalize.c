@@ -19,6 +19,7 @@
 #include "finalize.h"
 #include "addrset.h"
 #include "jsonw.h"
+#include "proc.h"
 #include "mlz_format.h"
 #include "codec_split.h"
 #include "symbolize.h"
@@ -51,6 +52,7 @@ typedef struct fin {
     char *exec_rec;           /* the current segment's last EXEC record, or NULL */
     uint64_t exec_t;          /* and its time */
     symbolizer *given;        /* the caller's, for a single image; or NULL */
+    const char *proc_root;    /* the live target's /proc/PID/root, or NULL */
 } fin;
 
 int mlz_encoding_parse(const char *name)
@@ -277,7 +279,7 @@ static int make_meta(fin *f, json_t *root, json_t *images, const char *const *na
     int rc = -1;
     for (uint32_t s = 0; s < nseg; s++) {
         size_t lo = f->mod_first ? f->mod_first[s] : 0, hi = f->mod_first ? f->mod_first[s + 1] : f->nmods;
-        syms[s] = f->given && nseg == 1 ? f->given : mlz_symbolizer_for(f->mods + lo, hi - lo);
+        syms[s] = f->given && nseg == 1 ? f->given : mlz_symbolizer_for(f->mods + lo, hi - lo, f->proc_root);
         if (!syms[s]) { errbuf_set(err, errlen, "cannot start libdw"); goto out; }
     }
     size_t cap = 1 << 20;
@@ -297,10 +299,11 @@ out:
     return rc;
 }
 
-symbolizer *mlz_symbolizer_for(const mlz_raw_module *mods, size_t nmods)
+symbolizer *mlz_symbolizer_for(const mlz_raw_module *mods, size_t nmods, const char *proc_root)
 {
     symbolizer *s = sym_new();
     if (!s) return NULL;
+    sym_set_root(s, proc_root);
     for (size_t i = 0; i < nmods; i++)
         sym_add_module(s, mods[i].path, mods[i].start, mods[i].size, mods[i].bias, mods[i].build_id, mods[i].blen);
     sym_ready(s);
@@ -308,10 +311,11 @@ symbolizer *mlz_symbolizer_for(const mlz_raw_module *mods, size_t nmods)
 }
 
 int mlz_symbolized_meta(mlz_raw_stack *stacks, size_t nstacks, mlz_raw_module *mods, size_t nmods,
-                        symbolizer *sym, json_t *root, const char *kind, char **meta, size_t *len,
-                        char *err, size_t errlen)
+                        symbolizer *sym, const char *proc_root, json_t *root, const char *kind, char **meta,
+                        size_t *len, char *err, size_t errlen)
 {
-    fin f = { .stacks = stacks, .nstacks = nstacks, .mods = mods, .nmods = nmods, .given = sym };
+    fin f = { .stacks = stacks, .nstacks = nstacks, .mods = mods, .nmods = nmods, .given = sym,
+              .proc_root = proc_root };
     f.files = json_object();
     f.funcs = json_object();
     int rc = f.files && f.funcs ? make_meta(&f, root, NULL, NULL, 0, NULL, kind, meta, len, err, errlen)
@@ -378,8 +382,26 @@ static int end_one(void *ctx, uint64_t addr)
     return mlz_writer_free(c->w, c->t, addr);
 }
 
+/* The file system the process of the spools sees, if it still runs:
+ * "/proc/TID/root" into buf (through a live thread: a main thread that
+ * exited has none), else "". pid: its number here, or 0 for the spool's
+ * own (inside a PID namespace the payload knows another). Only the spool's
+ * start time makes it that process and not a later one with its number. */
+static const char *live_root(json_t *root, pid_t pid, char *buf, size_t cap)
+{
+    json_t *jp = json_object_get(root, "pid"), *jt = json_object_get(root, "start_ticks");
+    if (!pid && json_is_integer(jp)) pid = (pid_t)json_integer_value(jp);
+    buf[0] = 0;
+    if (pid <= 0 || !json_is_integer(jt) || json_integer_value(jt) <= 0 ||
+        mlz_proc_start_ticks(pid) != (unsigned long long)json_integer_value(jt))
+        return NULL;
+    pid_t via = mlz_proc_live_tid(pid);
+    if (via) snprintf(buf, cap, "/proc/%d/root", (int)via);
+    return via ? buf : NULL;
+}
+
 int mlz_finalize_segments(const char *const *spools, size_t n, const char *out, const char *kind,
-                          int encoding, int replace, mlz_fin_summary *sum, char *err, size_t errlen)
+                          int encoding, int replace, pid_t pid, mlz_fin_summary *sum, char *err, size_t errlen)
 {
     fin f = { 0 };
     int rc = -1, we = 0, k = 0;
@@ -468,6 +490,8 @@ int mlz_finalize_segments(const char *const *spools, size_t n, const char *out, 
         goto out;
     }
     size_t ml = 0;
+    char proc_root[32];
+    f.proc_root = live_root(roots[n - 1], pid, proc_root, sizeof proc_root);
     if (make_meta(&f, roots[n - 1], images, (const char *const *)names, nnames, name_ids,
                   kind ? kind : "trace", &meta, &ml, err, errlen))
         goto out;
@@ -560,5 +584,5 @@ out:
 int mlz_finalize(const char *spool_path, const char *out, const char *kind, int encoding,
                  int replace, char *err, size_t errlen)
 {
-    return mlz_finalize_segments(&spool_path, 1, out, kind, encoding, replace, NULL, err, errlen);
+    return mlz_finalize_segments(&spool_path, 1, out, kind, encoding, replace, 0, NULL, err, errlen);
 }

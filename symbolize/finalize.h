@@ -10,6 +10,7 @@
 #include <jansson.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 /* A stack as raw return addresses, and a module as it was mapped. */
 typedef struct mlz_raw_stack {
@@ -51,21 +52,26 @@ typedef struct mlz_fin_summary {
  * ...; FORMAT.md, "Spools"), stitched into one trace: each exec becomes a
  * MARKER naming the new command line, and the allocations the old image still
  * held end (FREE) at that moment. Stack ids and module tables stay apart per
- * image. sum may be NULL. */
+ * image. pid: the process's number here if it may still run (0: the
+ * spools' own): while it does, module paths name files in its mount
+ * namespace (a container) and are looked up there first. sum may be NULL. */
 int mlz_finalize_segments(const char *const *spools, size_t n, const char *out, const char *kind,
-                          int encoding, int replace, mlz_fin_summary *sum, char *err, size_t errlen);
+                          int encoding, int replace, pid_t pid, mlz_fin_summary *sum, char *err, size_t errlen);
 
-/* A symbolizer for the modules of one image (sym_free it), or NULL. */
-symbolizer *mlz_symbolizer_for(const mlz_raw_module *mods, size_t nmods);
+/* A symbolizer for the modules of one image (sym_free it), or NULL.
+ * proc_root: the live target's "/proc/PID/root" (its paths name files in
+ * its own mount namespace), or NULL. */
+symbolizer *mlz_symbolizer_for(const mlz_raw_module *mods, size_t nmods, const char *proc_root);
 
 /* The metadata for stacks and modules already in memory (memlyze
  * snapshot): symbolized like mlz_finalize does; root supplies the copied
  * keys (rate, pid, exe, cmdline, clock, memlyze) and "functions" (marker
  * names, kept under their ids). sym: a symbolizer for mods made by
- * mlz_symbolizer_for (and still the caller's), or NULL for a new one.
+ * mlz_symbolizer_for (and still the caller's), or NULL for a new one (with
+ * proc_root, as mlz_symbolizer_for's).
  * *meta is malloc'd. 0 or -1 with err. */
 int mlz_symbolized_meta(mlz_raw_stack *stacks, size_t nstacks, mlz_raw_module *mods, size_t nmods,
-                        symbolizer *sym, json_t *root, const char *kind, char **meta, size_t *len,
-                        char *err, size_t errlen);
+                        symbolizer *sym, const char *proc_root, json_t *root, const char *kind, char **meta,
+                        size_t *len, char *err, size_t errlen);
 
 #endif

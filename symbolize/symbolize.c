@@ -15,9 +15,11 @@
 #include <elfutils/libdw.h>
 #include <elfutils/libdwfl.h>
 #include <dwarf.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 char *__cxa_demangle(const char *mangled, char *buf, size_t *len, int *status);
 
@@ -34,6 +36,7 @@ struct symbolizer {
     size_t nmods, cap;
     char **strings;           /* every string we return, freed at the end */
     size_t nstrings, scap;
+    char root[64];            /* the target's view of the file system, or "" */
 };
 
 static const Dwfl_Callbacks offline_callbacks = {
@@ -65,6 +68,11 @@ static const char *keep(symbolizer *s, char *str)
     return s->strings[s->nstrings++] = str;
 }
 
+void sym_set_root(symbolizer *s, const char *root)
+{
+    snprintf(s->root, sizeof s->root, "%s", root ? root : "");
+}
+
 static char hexdigit(unsigned v) { return "0123456789abcdef"[v & 15]; }
 
 int sym_add_module(symbolizer *s, const char *path, uint64_t start, uint64_t size, uint64_t bias,
@@ -87,7 +95,17 @@ int sym_add_module(symbolizer *s, const char *path, uint64_t start, uint64_t siz
     s->nmods++;
     /* The vDSO and deleted or unreadable files stay unresolved. */
     if (path[0] != '/') return 0;
-    Dwfl_Module *mod = dwfl_report_elf(s->dwfl, path, path, -1, bias, false);
+    /* The file the target mapped is the one under its root (its own mount
+     * namespace: a container's /usr/lib is not ours). Only when that cannot
+     * be opened (no permission, the process gone) is the path taken as ours:
+     * a file found there but of another build would be no better. */
+    char rooted[PATH_MAX + 64];
+    const char *file = path;
+    if (s->root[0]) {
+        snprintf(rooted, sizeof rooted, "%s%s", s->root, path);
+        if (access(rooted, R_OK) == 0) file = rooted;
+    }
+    Dwfl_Module *mod = dwfl_report_elf(s->dwfl, path, file, -1, bias, false);
     if (!mod) return 0;
     const unsigned char *bid;
     GElf_Addr vaddr;

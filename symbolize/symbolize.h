@@ -18,6 +18,9 @@ typedef struct sym_frame {
 } sym_frame;
 
 symbolizer *sym_new(void);
+/* Module paths are the target's: look them up under root first (a live
+ * target's "/proc/PID/root"; NULL or "" for none). Before sym_add_module. */
+void sym_set_root(symbolizer *s, const char *root);
 /* start..start+size as mapped in the target; bias = runtime - ELF address. */
 int  sym_add_module(symbolizer *s, const char *path, uint64_t start, uint64_t size, uint64_t bias,
                     const uint8_t *build_id, size_t build_id_len);
