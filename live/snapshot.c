@@ -482,6 +482,9 @@ int mlz_live_read(pid_t pid, mlz_live_heap *h, int symbolize, char *err, size_t 
     if (!rc && symbolize) start_warm(via, &in, &g, h);
     if (!rc) rc = copy_map(via, &in, &g, h, err, errlen);
     if (!rc && read_stacks(via, &in, &g, h)) rc = errbuf_set(err, errlen, "out of memory");
+    /* After the map: a sample dropped while it was read is missing too. */
+    if (!rc && get_u64(via, in.map_full_drops_addr, &h->map_full_drops))
+        rc = errbuf_set(err, errlen, "cannot read process %d's memory: %s", (int)pid, strerror(errno));
     if (rc) {
         mlz_live_free(h);
         memset(h, 0, sizeof *h);
@@ -490,6 +493,7 @@ int mlz_live_read(pid_t pid, mlz_live_heap *h, int symbolize, char *err, size_t 
     h->rate = g.rate;
     h->mono2real = g.mono2real;
     h->session = g.session;
+    h->map_capacity = g.mask + 1;
     return 0;
 }
 
@@ -550,6 +554,11 @@ int mlz_live_meta(mlz_live_heap *h, mlz_raw_stack *stacks, size_t nstacks, char 
         json_object_set_new(fns, key, json_string(name));
     }
     json_object_set_new(root, "functions", fns);
+    /* As a trace's counters: reports then say the estimates are low. */
+    json_t *ctr = json_object();
+    json_object_set_new(ctr, "map_capacity", json_integer((json_int_t)h->map_capacity));
+    json_object_set_new(ctr, "map_full_drops", json_integer((json_int_t)h->map_full_drops));
+    json_object_set_new(root, "counters", ctr);
     if (h->extra) json_object_update(root, (json_t *)h->extra);
     char at[32];
     proc_root(h, at, sizeof at);

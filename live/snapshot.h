@@ -35,6 +35,8 @@ typedef struct mlz_live_heap {
     uint64_t rate;            /* the payload's mean sampling interval (1: exact) */
     uint64_t mono2real;       /* add to a time_ns for the real-time clock */
     uint64_t session;         /* the sampling session (memlyze_info v2): pairs snapshots in diff */
+    uint64_t map_capacity;    /* the payload's heap map: slots */
+    uint64_t map_full_drops;  /* samples it had no slot for (missing here if live) */
     mlz_live_obj *obj;        /* in birth order */
     size_t nobj;
     mlz_raw_stack *stacks;    /* each stack the objects name, once; ids are the payload's */

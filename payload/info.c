@@ -41,7 +41,7 @@ static const struct memlyze_field info_fields[] = {
     FIELD(rec_size), FIELD(rec_ready), FIELD(rec_depth), FIELD(rec_frames_offset), FIELD(max_frames),
     FIELD(ncounters), FIELD(map_log2_min), FIELD(map_log2_max), FIELD(entry_size_min), FIELD(record_size_max),
     FIELD(counters_max), FIELD(sampler_tpoff_addr), FIELD(sampler_countdown), FIELD(sampler_initialized),
-    FIELD(sampler_rate_shift), FIELD(sampler_pad),
+    FIELD(sampler_rate_shift), FIELD(sampler_pad), FIELD(map_full_drops_addr),
 };
 _Static_assert(sizeof info_fields / sizeof *info_fields <= MEMLYZE_FIELDS_MAX, "field table within its bound");
 
@@ -59,6 +59,7 @@ MLZ_EXPORT const struct memlyze_info memlyze_info = {
     .mono_to_real_addr = A(mlz__g.mono_to_real_ns),
     .map_slots_addr = A(mlz__g.map.slots),
     .map_mask_addr = A(mlz__g.map.mask),
+    .map_full_drops_addr = A(mlz__g.map.full_drops),
     .entry_size = sizeof(mlz_heap_entry),
     .entry_key = offsetof(mlz_heap_entry, key),
     .entry_size_field = offsetof(mlz_heap_entry, size),

@@ -31,7 +31,8 @@
 #define MEMLYZE_INFO_MAGIC   "MLZINFO"  /* 8 bytes with the NUL */
 #define MEMLYZE_INFO_VERSION 7   /* 2: session_addr; 3: map_log2_max; 4: the field table;
                                     5: entry_tid_shift (was entry_tid); 6: check algorithm 2;
-                                    7: the sampler's thread-local state */
+                                    7: the sampler's thread-local state;
+                                    8: map_full_drops_addr */
 #define MEMLYZE_INFO_SYMBOL  "memlyze_info"
 
 /* How the payload appears in a process: /proc/PID/maps shows the memfd
@@ -181,6 +182,10 @@ struct memlyze_info {
     uint32_t sampler_initialized;  /* uint32: 0 = draw afresh at the next allocation */
     uint32_t sampler_rate_shift;   /* uint32: the thread's overload shift */
     uint32_t sampler_pad;
+
+    /* Samples the heap map had no slot for (uint64): live ones are missing
+     * from a snapshot, whose estimates are then low. */
+    uint64_t map_full_drops_addr;
 };
 
 

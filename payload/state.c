@@ -103,8 +103,12 @@ int mlz__init(void)
     if (mlz__g.ready) return 0;
     mlz__g.pid = (pid_t)syscall(SYS_getpid);
     mlz_clock_init(&mlz__g.clock, 1);
-    /* Exact mode records every allocation: a bigger live map. */
-    unsigned log2 = mlz__g.rate <= 1 ? 20 : 16;
+    /* Room for the samples of 32 GiB of live heap at the rate (64 Ki slots
+     * at the default 512 KiB), at most 2^20 slots (64 MiB of address space,
+     * touched as used), as exact mode has: 4 GiB at -r 4096, which with 64 Ki
+     * slots filled at 280 MiB. */
+    unsigned log2 = 16;
+    while (log2 < 20 && (mlz__g.rate <= 1 || (mlz__g.rate << log2) < (32ull << 30))) log2++;
     const char *v = getenv("MEMLYZE_MAP_LOG2");
     if (v && parse_size(v) >= MEMLYZE_MAP_LOG2_MIN && parse_size(v) <= MEMLYZE_MAP_LOG2_MAX) log2 = (unsigned)parse_size(v);
     if (mlz_heapmap_init(&mlz__g.map, log2)) return -1;

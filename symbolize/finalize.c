@@ -315,7 +315,7 @@ int mlz_symbolized_meta(mlz_raw_stack *stacks, size_t nstacks, mlz_raw_module *m
                         size_t *len, char *err, size_t errlen)
 {
     fin f = { .stacks = stacks, .nstacks = nstacks, .mods = mods, .nmods = nmods, .given = sym,
-              .proc_root = proc_root };
+              .proc_root = proc_root, .counters = json_object_get(root, "counters") };
     f.files = json_object();
     f.funcs = json_object();
     int rc = f.files && f.funcs ? make_meta(&f, root, NULL, NULL, 0, NULL, kind, meta, len, err, errlen)

@@ -65,7 +65,7 @@ symbolizer *mlz_symbolizer_for(const mlz_raw_module *mods, size_t nmods, const c
 
 /* The metadata for stacks and modules already in memory (memlyze
  * snapshot): symbolized like mlz_finalize does; root supplies the copied
- * keys (rate, pid, exe, cmdline, clock, memlyze) and "functions" (marker
+ * keys (rate, pid, exe, cmdline, clock, memlyze, counters) and "functions" (marker
  * names, kept under their ids). sym: a symbolizer for mods made by
  * mlz_symbolizer_for (and still the caller's), or NULL for a new one (with
  * proc_root, as mlz_symbolizer_for's).

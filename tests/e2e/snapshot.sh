@@ -68,6 +68,18 @@ start_holder 65536
 "$MEMLYZE" snapshot -q -o "$T/sampled.mlyze" "$HPID"
 "$MEMLYZE" top --json -n 50 "$T/sampled.mlyze" > "$T/sampled.json"
 check "sampled snapshot names site_1m" test "$(site "$T/sampled.json" site_1m)" -gt 0
+check "a complete snapshot says nothing was lost" bash -c "! '$MEMLYZE' top '$T/sampled.mlyze' | grep -q 'lost'"
+exec {HIN}>&-
+wait "$HPID"
+
+# A heap map too small for the samples (256 slots for 1124 held blocks):
+# the snapshot misses some, and its reports say the estimates are low. They
+# said nothing. (The payload sizes the map from the rate: 64 Ki slots at
+# 512 KiB, up to 1 Mi at 32 KiB and below.)
+MEMLYZE_MAP_LOG2=8 start_holder 2
+"$MEMLYZE" snapshot -q -o "$T/small.mlyze" "$HPID"
+check "map full: top says samples were given up" bash -c "'$MEMLYZE' top '$T/small.mlyze' | grep -q 'samples given up (estimates are low)'"
+check "map full: stats too" bash -c "'$MEMLYZE' stats '$T/small.mlyze' | grep -q '^warning: .*samples given up'"
 exec {HIN}>&-
 wait "$HPID"
 
