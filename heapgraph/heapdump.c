@@ -9,7 +9,8 @@
  * every module but ours (cut at their data symbols, procdata.c), and for
  * each thread its stack from the stack pointer (less the 128-byte red zone)
  * to the top of its mapping, its general registers, and the 64 KiB below
- * its thread pointer (static TLS; other threads have it in their stacks).
+ * its thread pointer (static TLS; other threads have it in their stacks)
+ * and the TLS blocks ld.so allocated for dlopen'd modules (its DTV).
  * The list of live objects arrives from the snapshot code (its `seen` step).
  *
  * Consistency: every thread is stopped (injector/threads.c: PTRACE_SEIZE +
@@ -308,7 +309,8 @@ typedef struct dump {
     mlz_tgroup g;
     int stopped;                      /* every thread is held */
     item *roots;                      /* root pieces, in the order of jroots */
-    size_t nroots;
+    size_t nroots, croots;
+    int oom;                          /* a root piece could not be added */
     struct user_regs_struct *regs;    /* per thread, a root piece each */
     json_t *jroots;                   /* the .mlyze's "heapdump.roots" */
     uint8_t *rootbuf;
@@ -330,23 +332,68 @@ static int find_global_pieces(dump *d)
     return 0;
 }
 
+/* Appends a root piece and its description (r is taken); -1 (and oom
+ * set) if out of memory. */
+static int add_root(dump *d, item it, json_t *r)
+{
+    if (d->nroots == d->croots) {
+        size_t n = d->croots ? 2 * d->croots : 64;
+        item *v = realloc(d->roots, n * sizeof *v);
+        if (!v) { json_decref(r); d->oom = 1; return -1; }
+        d->roots = v;
+        d->croots = n;
+    }
+    d->roots[d->nroots++] = it;
+    json_array_append_new(d->jroots, r);
+    return 0;
+}
+
 static void add_global_roots(dump *d)
 {
     for (size_t i = 0; i < d->np; i++) {
         const pm_piece *pc = &d->pieces[i];
-        d->roots[d->nroots++] = (item){ pc->addr, pc->size, 0, NULL };
         json_t *r = root_json("global", 0, pc->addr, pc->size);
         if (pc->name) json_object_set_new(r, "name", json_string(pc->name));
         if (pc->file) json_object_set_new(r, "file", json_string(pc->file));
         for (size_t m = 0; m < d->nmods; m++)
             if (pc->addr >= d->mods[m].start && pc->addr < d->mods[m].end)
                 json_object_set_new(r, "module", json_string(d->mods[m].path));
-        json_array_append_new(d->jroots, r);
+        if (add_root(d, (item){ pc->addr, pc->size, 0, NULL }, r)) return;
     }
 }
 
+/* The TLS blocks of a thread's modules that ld.so allocated on demand
+ * (modules loaded by dlopen). glibc's thread control block starts at the
+ * thread pointer; its second word points at entry 0 of the DTV, whose
+ * entry -1 counts the modules and entry i (16 bytes) holds module i's
+ * block and the malloc'd start it lies in (0 for a block in static TLS,
+ * the block -1 while not allocated yet). ld.so calls malloc through a
+ * pointer of its own, which no GOT patch reaches: attached, these blocks
+ * are no heap objects of ours, and what only a dlopen'd library's __thread
+ * variables pointed to looked leaked. The block ends with its malloc chunk
+ * (glibc: the size word just before the start). */
+#define DTV_MAX 65536
+static void add_dtls_roots(dump *d, pid_t tid, uint64_t tp)
+{
+    uint64_t dtv, len, (*e)[2];
+    if (mlz_proc_read(d->pid, tp + 8, &dtv, 8) || dtv < 16 || (dtv & 7) ||
+        mlz_proc_read(d->pid, dtv - 16, &len, 8) || !len || len > DTV_MAX || !(e = malloc(len * sizeof *e)))
+        return;
+    if (mlz_proc_read(d->pid, dtv + 16, e, len * sizeof *e)) len = 0;
+    for (uint64_t i = 0; i < len; i++) {
+        uint64_t block = e[i][0], start = e[i][1], chunk;
+        if (!start || block == UINT64_MAX || block < start || mlz_proc_read(d->pid, start - 8, &chunk, 8)) continue;
+        chunk &= ~7ull;
+        uint64_t end = start - 16 + chunk;
+        if (chunk > (64ull << 20) || block >= end) continue;
+        if (add_root(d, (item){ block, end - block, 0, NULL }, root_json("dtls", tid, block, end - block))) break;
+    }
+    free(e);
+}
+
 /* Per stopped thread: its stack from below the red zone to the top of its
- * mapping, its registers, and the static TLS below its thread pointer. The
+ * mapping, its registers, the static TLS below its thread pointer and the
+ * TLS blocks of dlopen'd modules (add_dtls_roots). The
  * payload's drain thread is the profiler's, not the program's: its stack
  * keeps copies of the records it last wrote, the addresses of objects just
  * allocated, which would pass for the program's references to them. */
@@ -364,19 +411,18 @@ static void add_thread_roots(dump *d)
         d->st->threads++;
         if (sm) {
             if (sp < sm->start) sp = sm->start;
-            d->roots[d->nroots++] = (item){ sp, sm->end - sp, 0, NULL };
-            json_array_append_new(d->jroots, root_json("stack", tid, sp, sm->end - sp));
+            if (add_root(d, (item){ sp, sm->end - sp, 0, NULL }, root_json("stack", tid, sp, sm->end - sp))) return;
         }
-        d->roots[d->nroots++] = (item){ 0, sizeof *regs, 0, (uint8_t *)regs };
-        json_array_append_new(d->jroots, root_json("registers", tid, 0, sizeof *regs));
+        if (add_root(d, (item){ 0, sizeof *regs, 0, (uint8_t *)regs }, root_json("registers", tid, 0, sizeof *regs)))
+            return;
         uint64_t fs = regs->fs_base & ~7ull;
         const range *tm = map_of(d->maps, d->nmaps, fs);
         if (tm && tm != sm) {
             uint64_t a = fs - tm->start > TLS_SPAN ? fs - TLS_SPAN : tm->start;
             uint64_t z = tm->end - fs > 4096 ? fs + 4096 : tm->end;
-            d->roots[d->nroots++] = (item){ a, z - a, 0, NULL };
-            json_array_append_new(d->jroots, root_json("tls", tid, a, z - a));
+            if (add_root(d, (item){ a, z - a, 0, NULL }, root_json("tls", tid, a, z - a))) return;
         }
+        if (tm) add_dtls_roots(d, tid, fs);
     }
 }
 
@@ -384,13 +430,12 @@ static void add_thread_roots(dump *d)
  * with every thread stopped. */
 static int read_roots(dump *d)
 {
-    size_t rcap = d->np + 3 * (size_t)d->g.n + 1;
-    d->roots = calloc(rcap, sizeof *d->roots);
     d->regs = calloc((size_t)d->g.n + 1, sizeof *d->regs);
     d->jroots = json_array();
-    if (!d->roots || !d->regs || !d->jroots) return errbuf_set(d->err, d->errlen, "out of memory");
+    if (!d->regs || !d->jroots) return errbuf_set(d->err, d->errlen, "out of memory");
     add_global_roots(d);
     add_thread_roots(d);
+    if (d->oom) return errbuf_set(d->err, d->errlen, "out of memory");
     d->st->roots = d->nroots;
     uint64_t rtotal = 0;
     for (size_t i = 0; i < d->nroots; i++) rtotal += d->roots[i].data ? 0 : d->roots[i].size;
