@@ -368,26 +368,28 @@ MLZ_NOINLINE void mlz__free_slow(void *p)
  * Taken before the call, it could precede the FREE of the block's previous
  * owner at the same address (another thread freed it while we waited in
  * malloc), and the trace would end the new block. */
-/* The real call runs with in_named set, as a named allocator's does
- * (hooks_named.c): when the program's own malloc (inline-hooked) is built
- * on a --hook allocator, the block is counted once, at the level the
- * program asked for it. Only here, on the sample path: the hot path has
- * no room for it, so at a sampling rate the allocator below still draws
- * its own samples. */
+/* The real call runs with in_real set: when the program's own malloc
+ * (inline-hooked) is built on a --hook allocator, that allocator's hook
+ * leaves the block to this one (hooks_named.c), so it is counted once, at
+ * the level the program asked for it. Only here, on the sample path: the
+ * hot path has no room for it, so at a sampling rate the allocator below
+ * still draws its own samples. The standard hooks record what they see
+ * meanwhile: a signal handler's allocation, made while the real malloc
+ * ran (in_named here, it was neither recorded nor counted in exact mode). */
 static MLZ_NOINLINE void *sample1(void *(*real)(size_t), size_t a, size_t n)
 {
-    mlz__tls.in_named++;
+    mlz__tls.in_real++;
     void *p = real(a);
-    mlz__tls.in_named--;
+    mlz__tls.in_real--;
     mlz__sample_slow(p, n, mlz__now_ns());
     return p;
 }
 
 static MLZ_NOINLINE void *sample2(void *(*real)(size_t, size_t), size_t a, size_t b, size_t n)
 {
-    mlz__tls.in_named++;
+    mlz__tls.in_real++;
     void *p = real(a, b);
-    mlz__tls.in_named--;
+    mlz__tls.in_real--;
     mlz__sample_slow(p, n, mlz__now_ns());
     return p;
 }

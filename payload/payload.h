@@ -52,6 +52,7 @@ typedef struct mlz_tls {
     uint64_t births;          /* this thread's samples so far: entries' seq */
     uint32_t in_named;        /* inside a named allocator (hooks_named.c): its own
                                * allocations from the allocator below are not samples */
+    uint32_t in_real;         /* inside the real call of a sample path (hooks.c) */
 } mlz_tls;
 
 extern __thread mlz_tls mlz__tls __attribute__((tls_model("initial-exec")));
