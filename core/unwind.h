@@ -141,7 +141,12 @@ typedef struct mlz_unwind_cache_entry {
  * sp (and rbp, unless the frame's CFA rule is sp + offset: then sp decides
  * where its caller's frame is) takes the frames beyond it from there, once
  * it found each one's return address still in place at its sp - 8: one
- * load per frame instead of a step. Only memory is trusted, so a longjmp, an exception, a signal
+ * load per frame instead of a step. A frame whose CFA hangs on rbp (a
+ * frame pointer, a VLA or alloca) needs its rbp proved too: read again
+ * from where the walk read it, or kept from a frame whose rbp was proved
+ * (a function with a VLA, entered at another depth, can call at the same
+ * sp, above the old frames' return addresses still in its unused space).
+ * Only memory is trusted, so a longjmp, an exception, a signal
  * handler or a new thread on a reused stack cost a miss, never a wrong
  * frame. Two buffers: the walk writes one while it compares with the other. */
 #define MLZ_UNWIND_TAIL 136
@@ -150,7 +155,12 @@ typedef struct mlz_unwind_cache_entry {
 
 typedef struct mlz_unwind_frame {
     uint64_t pc, sp, bp;    /* bp: rbp, or 1 (never a frame pointer) when unknown */
+    uint64_t bp_at;         /* where the step into this frame read bp: its address,
+                             * MLZ_UNWIND_BP_KEPT (the frame before's, unchanged) or
+                             * MLZ_UNWIND_BP_ELSEWHERE (not from memory) */
 } mlz_unwind_frame;
+#define MLZ_UNWIND_BP_KEPT      0u
+#define MLZ_UNWIND_BP_ELSEWHERE 1u
 
 /* Modules built with frame pointers (modtab.h: frame_pointers) that the
  * thread's walks met: their frames are stepped by rbp, before any rule is

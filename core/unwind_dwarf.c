@@ -777,11 +777,12 @@ enum { STEP_OK, STEP_END, STEP_BAD, STEP_UNSUPPORTED };
 
 /* Apply a row: the caller's registers from the callee's. */
 static int apply_row(const row *rw, const cie *ci, const mlz_unwind_regs *cur,
-                     const bounds *b, mlz_unwind_regs *nx)
+                     const bounds *b, mlz_unwind_regs *nx, uint64_t *bp_at)
 {
     uint64_t cfa;
     int e;
 
+    *bp_at = MLZ_UNWIND_BP_ELSEWHERE;
     if (rw->cfa_how == RULE_OFFSET) {
         unsigned r = rw->cfa_reg;
         if (r >= MLZ_UNWIND_NREGS || !(cur->valid & REG_BIT(r)))
@@ -799,6 +800,8 @@ static int apply_row(const row *rw, const cie *ci, const mlz_unwind_regs *cur,
      * saved ones were clobbered by the call. */
     memcpy(nx->reg, cur->reg, sizeof nx->reg);
     nx->valid = cur->valid & CALLEE_SAVED & ~rw->set;
+    if (nx->valid & REG_BIT(MLZ_REG_RBP))
+        *bp_at = MLZ_UNWIND_BP_KEPT;
     for (uint32_t m = rw->set; m; m &= m - 1) {
         unsigned r = (unsigned)__builtin_ctz(m);
         uint64_t v, addr;
@@ -807,10 +810,14 @@ static int apply_row(const row *rw, const cie *ci, const mlz_unwind_regs *cur,
             if (!(cur->valid & REG_BIT(r)))
                 continue;
             v = cur->reg[r];
+            if (r == MLZ_REG_RBP)
+                *bp_at = MLZ_UNWIND_BP_KEPT;
             break;
         case RULE_OFFSET:
             if (rd_stack(b, cfa + (uint64_t)rw->v[r], 8, &v) < 0)
                 return STEP_BAD;
+            if (r == MLZ_REG_RBP)
+                *bp_at = cfa + (uint64_t)rw->v[r];
             break;
         case RULE_VAL_OFFSET:
             v = cfa + (uint64_t)rw->v[r];
@@ -985,7 +992,8 @@ static void cache_fill_outermost(mlz_unwind_cache_entry *e, uint64_t look)
  * fails the step. */
 __attribute__((no_sanitize_address)) static int cache_apply(const mlz_unwind_cache_entry *e,
                                                             const mlz_unwind_regs *cur,
-                                                            const bounds *b, mlz_unwind_regs *nx)
+                                                            const bounds *b, mlz_unwind_regs *nx,
+                                                            uint64_t *bp_at)
 {
     if (e->cfa_reg == CACHE_OUTERMOST)
         return STEP_END;
@@ -1003,6 +1011,8 @@ __attribute__((no_sanitize_address)) static int cache_apply(const mlz_unwind_cac
         memcpy(&nx->reg[cached_regs[i]], (const void *)(uintptr_t)(cfa + (uint64_t)(int64_t)e->saved[i]), 8);
         nx->valid |= REG_BIT(cached_regs[i]);
     }
+    *bp_at = e->saved_mask & 2u   /* cached_regs[1]: rbp */ ? cfa + (uint64_t)(int64_t)e->saved[1]
+           : nx->valid & REG_BIT(MLZ_REG_RBP) ? MLZ_UNWIND_BP_KEPT : MLZ_UNWIND_BP_ELSEWHERE;
     memcpy(&nx->reg[MLZ_REG_RIP], (const void *)(uintptr_t)(cfa + (uint64_t)(int64_t)e->ra_off), 8);
     nx->reg[MLZ_REG_RSP] = cfa;
     nx->valid |= REG_BIT(MLZ_REG_RSP) | REG_BIT(MLZ_REG_RIP);
@@ -1018,6 +1028,7 @@ typedef struct walker {
     mlz_unwind_cache *cache;            /* NULL: uncached */
     bounds b;
     cie ci;                             /* last CIE parsed */
+    uint64_t bp_at;                     /* where the last step read rbp (mlz_unwind_frame) */
 } walker;
 
 /* A frame of a frame-pointer module the thread met (at a return address,
@@ -1069,14 +1080,17 @@ static int step(walker *w, const mlz_unwind_regs *cur, uint64_t look, int exact,
 
     *signal = 0;
     *sp_rule = 0;
+    w->bp_at = MLZ_UNWIND_BP_ELSEWHERE;
     if (w->cache) {
-        if (!exact && w->cache->fp_next && fp_module_step(w->cache, cur, look, &w->b, nx) == STEP_OK)
+        if (!exact && w->cache->fp_next && fp_module_step(w->cache, cur, look, &w->b, nx) == STEP_OK) {
+            w->bp_at = cur->reg[MLZ_REG_RBP];
             return STEP_OK;
+        }
         ce = cache_slot(w->cache, look);
         if (ce->pc == look) {
             w->cache->hits++;
             *sp_rule = ce->cfa_reg == MLZ_REG_RSP;
-            return cache_apply(ce, cur, &w->b, nx);
+            return cache_apply(ce, cur, &w->b, nx, &w->bp_at);
         }
         w->cache->misses++;
     }
@@ -1086,15 +1100,17 @@ static int step(walker *w, const mlz_unwind_regs *cur, uint64_t look, int exact,
         return STEP_NO_MODULE;
     if (w->cache && w->m->frame_pointers && look >= w->m->exec_start && look < w->m->exec_end) {
         fp_module_met(w->cache, w->m);
-        if (!exact && fp_module_step(w->cache, cur, look, &w->b, nx) == STEP_OK)
+        if (!exact && fp_module_step(w->cache, cur, look, &w->b, nx) == STEP_OK) {
+            w->bp_at = cur->reg[MLZ_REG_RBP];
             return STEP_OK;
+        }
     }
     switch (find_fde(w->m, look, &w->ci, &fd)) {
     case FDE_FOUND:
         rw = w->ci.init;
         if (run_cfa(fd.insn, fd.end, fd.pc_begin, look, &w->ci, &rw, &w->ci.init, NULL) < 0)
             return STEP_UNSUPPORTED;
-        rc = apply_row(&rw, &w->ci, cur, &w->b, nx);
+        rc = apply_row(&rw, &w->ci, cur, &w->b, nx, &w->bp_at);
         *signal = w->ci.signal;
         *sp_rule = rw.cfa_how == RULE_OFFSET && rw.cfa_reg == MLZ_REG_RSP;
         if (rc == STEP_OK && ce) {
@@ -1112,6 +1128,7 @@ static int step(walker *w, const mlz_unwind_regs *cur, uint64_t look, int exact,
         }
         if (fp_step(cur, &w->b, nx) == STEP_OK) {
             COUNT(fp_fallback);
+            w->bp_at = cur->reg[MLZ_REG_RBP];
             return STEP_OK;
         }
         return STEP_NO_FDE;
@@ -1142,17 +1159,27 @@ __attribute__((no_sanitize_address)) static uint64_t ra_in_place(uint64_t pc, ui
 }
 
 /* Frames from..n-1 of an earlier walk, each with its return address still
- * at its sp - 8 inside the bounds. */
+ * at its sp - 8 inside the bounds, and where a frame's CFA hangs on rbp
+ * (no SP_RULE), its rbp proved: read again from where the walk read it
+ * (bp_at), or kept from a frame whose rbp was. bp_ok: frame from - 1's rbp
+ * is the one the walk saw. */
 __attribute__((no_sanitize_address)) static int tail_in_place(const mlz_unwind_frame *t, unsigned from,
-                                                              unsigned n, const bounds *b)
+                                                              unsigned n, int bp_ok, const bounds *b)
 {
     for (unsigned m = from; m < n; m++) {
-        uint64_t sp = t[m].sp & ~(uint64_t)7, ra;
-        if (!(t[m].sp & MLZ_UNWIND_TAIL_IN_PLACE) || sp < b->lo + 8 || sp > b->hi)
+        uint64_t sp = t[m].sp & ~(uint64_t)7, ra, at = t[m].bp_at, bp;
+        if ((!(t[m - 1].sp & MLZ_UNWIND_TAIL_SP_RULE) && !bp_ok) ||
+            !(t[m].sp & MLZ_UNWIND_TAIL_IN_PLACE) || sp < b->lo + 8 || sp > b->hi)
             return 0;
         memcpy(&ra, (const void *)(uintptr_t)(sp - 8), 8);
         if (ra != t[m].pc)
             return 0;
+        if (at == MLZ_UNWIND_BP_ELSEWHERE || (at != MLZ_UNWIND_BP_KEPT && ((at & 7) || at < b->lo || at > b->hi - 8))) {
+            bp_ok = 0;
+        } else if (at != MLZ_UNWIND_BP_KEPT) {
+            memcpy(&bp, (const void *)(uintptr_t)at, 8);
+            bp_ok = bp == t[m].bp;
+        }
     }
     return 1;
 }
@@ -1166,9 +1193,10 @@ static inline __attribute__((always_inline)) int tail_meets(const mlz_unwind_fra
                                                           uint64_t bp, unsigned n, unsigned max,
                                                           const bounds *b)
 {
+    int bp_ok = bp != TAIL_BP_UNKNOWN && ot[j].bp == bp;
     return j < on && !(sp & 7) && (ot[j].sp & ~(uint64_t)7) == sp && ot[j].pc == pc &&
-           ((ot[j].sp & MLZ_UNWIND_TAIL_SP_RULE) || ot[j].bp == bp) && n + (on - j - 1) <= max &&
-           tail_in_place(ot, j + 1, on, b);
+           ((ot[j].sp & MLZ_UNWIND_TAIL_SP_RULE) || bp_ok) && n + (on - j - 1) <= max &&
+           tail_in_place(ot, j + 1, on, bp_ok, b);
 }
 
 /* The whole saved walk, when a walk would start at its first frame: pcs
@@ -1216,6 +1244,7 @@ static unsigned dwarf_walk(uint64_t *pcs, unsigned max, unsigned skip, mlz_unwin
     mlz_unwind_frame *nt = NULL;
     unsigned on = 0, oj = 0;
     int complete = 0;
+    uint64_t bp_at = MLZ_UNWIND_BP_ELSEWHERE;   /* of the frame at cur: the register, not memory */
     if (cache) {
         uint64_t gen = mlz_modtab_generation();
         if (cache->generation != gen) {
@@ -1247,7 +1276,7 @@ static unsigned dwarf_walk(uint64_t *pcs, unsigned max, unsigned skip, mlz_unwin
             pcs[n++] = pc;
             if (nt && n <= MLZ_UNWIND_TAIL) {
                 uint64_t sp = cur->reg[MLZ_REG_RSP], bp = frame_bp(cur);
-                nt[n - 1] = (mlz_unwind_frame){ pc, sp | ra_in_place(pc, sp, exact, &b), bp };
+                nt[n - 1] = (mlz_unwind_frame){ pc, sp | ra_in_place(pc, sp, exact, &b), bp, bp_at };
                 /* The last walk passed this frame too? Then beyond it, its
                  * frames are this walk's, if still in place. */
                 while (oj < on && (ot[oj].sp & ~(uint64_t)7) < sp)
@@ -1309,6 +1338,7 @@ static unsigned dwarf_walk(uint64_t *pcs, unsigned max, unsigned skip, mlz_unwin
         cur = nx;
         nx = t;
         exact = signal;
+        bp_at = w.bp_at;
     }
     /* Only a walk that reached the outermost frame is kept as the shadow:
      * a tail taken from it is then complete as well. */

@@ -47,6 +47,44 @@ NI void caller_A(void) { for (int i = 0; i < 10; i++) keep[nk++] = grow(malloc(8
 NI void caller_B(void) { for (int i = 0; i < 20; i++) keep[nk++] = grow(malloc(8), 3000); }
 int main(void) { caller_A(); caller_B(); return 0; }
 EOF
+# A function with a VLA (its CFA hangs on rbp) entered once through A and
+# once straight from the same call site, at a depth that puts its callee X
+# at the same sp: the second walk meets the first at X, above A's return
+# address still in Y's unused space. Its stack must not have A (it had: the
+# saved walk's frames were taken without proving Y's rbp).
+cat > "$T/vla.c" <<'EOF'
+#include <alloca.h>
+#include <stdio.h>
+#include <stdlib.h>
+#define NI __attribute__((noinline))
+void *volatile keep[2];
+static long x_sp;
+NI void X(size_t size) { x_sp = (long)__builtin_frame_address(0); if (size) keep[size > 2000] = malloc(size); }
+NI void Y(size_t n, size_t size) { char *buf = alloca(n); __asm__ volatile("" : : "r"(buf) : "memory"); X(size); }
+NI void A(size_t n, size_t size) { volatile char pad[200]; pad[0] = 1; Y(n, size); __asm__ volatile("" : : "r"(pad)); }
+typedef void (*fn)(size_t, size_t);
+int main(void)
+{
+    /* One call site for all: rounds without allocating find the depth of
+     * Y that puts X at the same sp, then one round allocates. */
+    fn fns[2] = { A, Y };
+    size_t n[2] = { 256, 256 }, size[2] = { 0, 0 };
+    long sp[2];
+    for (;;) {
+        for (int i = 0; i < 2; i++) {
+            fn volatile f = fns[i];
+            f(n[i], size[i]);
+            sp[i] = x_sp;
+        }
+        if (size[0]) break;
+        if (sp[0] == sp[1]) { size[0] = 1111; size[1] = 2222; }
+        else if ((n[1] += 16) > 4096) { printf("no depth puts X at the same sp\n"); return 2; }
+    }
+    printf("ok\n");
+    return 0;
+}
+EOF
+cc -O0 -g -o "$T/vla" "$T/vla.c" || fail "build vla"
 cc -O1 -g -fno-omit-frame-pointer -o "$T/sig" "$T/sig.c" || fail "build sig"
 # -O2 without -fno-omit-frame-pointer: grow() keeps no frame pointer.
 cc -O2 -g -o "$T/rs" "$T/rs.c" || fail "build rs"
@@ -95,6 +133,22 @@ PY
     [ -n "$calls" ] && [ "$h_recorded" -le "$calls" ] && [ $((h_recorded + ${given_up:-0})) -ge "$calls" ] \
         && pass "$mode: handler allocations recorded ($h_recorded) or said lost (${given_up:-0}) of $calls" \
         || fail "$mode: handler allocations recorded or said lost" "$h_recorded recorded + ${given_up:-0} lost, of $calls calls"
+
+    # shellcheck disable=SC2086
+    "$MEMLYZE" run -r 1 $args -o "$T/vla-$mode.mlyze" -- "$T/vla" > "$T/vla-$mode.out" 2>&1
+    "$MEMLYZE" top --json "$T/vla-$mode.mlyze" > "$T/vla-$mode.json" 2>/dev/null
+    stacks=$(python3 - "$T/vla-$mode.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+for size in (1111, 2222):
+    s = [s for s in d["sites"] if round(s["live_bytes"]) == size]
+    print(size, ",".join(f.split(" ")[0] for f in s[0]["frames"][:4]) if s else "none")
+PY
+)
+    grep -q '^ok' "$T/vla-$mode.out" && grep -qx '1111 X,Y,A,main' <<<"$stacks" && grep -qx '2222 X,Y,main,__libc_start_call_main' <<<"$stacks" \
+        && pass "$mode: a VLA frame met at the same sp from another caller keeps its true callers" \
+        || fail "$mode: a VLA frame met at the same sp from another caller keeps its true callers" \
+                "$(head -1 "$T/vla-$mode.out"); $(tr '\n' ';' <<<"$stacks")"
 
     # shellcheck disable=SC2086
     "$MEMLYZE" run -r 1 $args -o "$T/rs-$mode.mlyze" -- "$T/rs" > /dev/null 2>&1
