@@ -235,6 +235,10 @@ class Payload(object):
                 v = self.u64(i["counters_addr"] + 8 * k)
                 name = read_cstring(self.t, self.u64(i["counter_names_addr"] + 8 * k)) or "c%d" % k
                 out.append((name, v))
+            # The heap map's drops (v8): a snapshot missing samples says so.
+            if "map_full_drops_addr" in i:
+                out.append(("map_capacity", self.u64(i["map_mask_addr"]) + 1))
+                out.append(("map_full_drops", self.u64(i["map_full_drops_addr"])))
         except MlzMemory:
             pass
         return out

@@ -74,6 +74,7 @@ int main(int argc, char **argv)
     F(check_algorithm) F(rec_size) F(rec_ready) F(rec_depth) F(rec_frames_offset) F(max_frames)
     F(ncounters) F(map_log2_min) F(map_log2_max) F(entry_size_min) F(record_size_max) F(counters_max)
     F(sampler_tpoff_addr) F(sampler_countdown) F(sampler_initialized) F(sampler_rate_shift) F(sampler_pad)
+    F(map_full_drops_addr)
     return 0;
 }
 EOF
@@ -204,6 +205,14 @@ python3 "$CANON" "$T/gs.mlyze" --funcs '^(site_|churn$|main$)' > "$T/gs.canon"
 python3 "$CANON" "$T/cs.mlyze" --funcs '^(site_|churn$|main$)' > "$T/cs.canon"
 check "sampled: same samples and stacks as memlyze snapshot PID" bash -c "[ -s '$T/gs.canon' ] && diff '$T/gs.canon' '$T/cs.canon'"
 check "sampled: top shows 95% intervals" bash -c "grep -q '^   1  .* ± ' <<<\"\$0\"" "$out"
+stop_holder
+
+# 3a. A heap map too small for the samples: gdb's snapshot carries the
+# map's drops too, so its reports say the estimates are low.
+start_holder small 2 MEMLYZE_MODE=got MEMLYZE_MAP_LOG2=8
+G -p "$HPID" -ex "source $GDBPY" -ex "memlyze snapshot $T/gsmall.mlyze" > /dev/null
+check "map full: gdb's snapshot says samples were given up" \
+    bash -c "'$MEMLYZE' top '$T/gsmall.mlyze' | grep -q 'samples given up (estimates are low)'"
 stop_holder
 
 # 3b. A rate the churn overloads (16 B, 8 threads): the payload raises it.
