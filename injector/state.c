@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -54,8 +55,22 @@ int mlz__state_prepare(pid_t pid, uid_t uid, mlz_state *s)
     }
     int rc = check_dir(s->dir_ours, uid);
     if (rc) return rc < 0 && rc != MLZ_INJ_EREFUSE ? MLZ_INJ_EIO : rc;
-    struct stat st;
-    if (lstat(s->dir_ours, &st) == 0) s->dir_dev = (uint64_t)st.st_dev, s->dir_ino = (uint64_t)st.st_ino;
+    /* One attach at a time: the directory stays locked until we exit. A
+     * second attach that ran on would share state.new with the first, and
+     * its refusal drop the first one's record: the first then failed at its
+     * commit with the profiler started, and its trace was lost. */
+    int lock = open(s->dir_ours, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    struct stat st, held;
+    if (lock < 0 || flock(lock, LOCK_EX | LOCK_NB) || fstat(lock, &held) || lstat(s->dir_ours, &st) ||
+        st.st_dev != held.st_dev || st.st_ino != held.st_ino) {
+        int busy = lock >= 0;
+        if (lock >= 0) close(lock);
+        if (busy) mlz__err("another memlyze-attach is running on process %d", (int)pid);
+        else mlz__err("cannot open %s: %s", s->dir_ours, strerror(errno));
+        s->dir_ours[0] = 0;            /* not ours to clean up */
+        return busy ? MLZ_INJ_EREFUSE : MLZ_INJ_EIO;
+    }
+    s->dir_dev = (uint64_t)st.st_dev, s->dir_ino = (uint64_t)st.st_ino;
     s->attached_at = (long long)time(NULL);
     snprintf(s->spool, sizeof s->spool, "/tmp/memlyze-%d/spool.%lld", (int)pid, s->attached_at);
     snprintf(s->spool_ours, sizeof s->spool_ours, "%s/spool.%lld", s->dir_ours, s->attached_at);

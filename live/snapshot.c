@@ -201,6 +201,20 @@ static int read_globals(pid_t pid, const struct memlyze_info *in, live_globals *
     return 0;
 }
 
+/* Still the session the map and stacks were read from: a detach meanwhile
+ * frees the stack table (its stacks read as unreadable, every sample would
+ * have no frames), a new attach starts other ids. 0, or -2 with err. */
+static int same_session(pid_t pid, const struct memlyze_info *in, const live_globals *g, char *err, size_t errlen)
+{
+    live_globals now = { 0 };
+    if (mlz_proc_read(pid, in->ready_addr, &now.ready, sizeof now.ready) || get_u64(pid, in->session_addr, &now.session) ||
+        get_u64(pid, in->stack_recs_addr, &now.recs) || get_u64(pid, in->stack_frames_addr, &now.frames))
+        return errbuf_set(err, errlen, "process %d went away during the snapshot", (int)pid) - 1;
+    if (!now.ready || now.session != g->session || now.recs != g->recs || now.frames != g->frames)
+        return errbuf_set(err, errlen, "memlyze was detached from process %d while its heap was read", (int)pid) - 1;
+    return 0;
+}
+
 /* One consistent entry at slot i (raw is its copy), read again up to three
  * times while it is mid-insert or mid-remove. 1 if e holds a live entry. */
 static int settle_entry(pid_t pid, const struct memlyze_info *in, uint64_t at, const uint8_t *raw, mlz_heap_entry *e,
@@ -482,6 +496,7 @@ int mlz_live_read(pid_t pid, mlz_live_heap *h, int symbolize, char *err, size_t 
     if (!rc && symbolize) start_warm(via, &in, &g, h);
     if (!rc) rc = copy_map(via, &in, &g, h, err, errlen);
     if (!rc && read_stacks(via, &in, &g, h)) rc = errbuf_set(err, errlen, "out of memory");
+    if (!rc) rc = same_session(via, &in, &g, err, errlen);
     /* After the map: a sample dropped while it was read is missing too. */
     if (!rc && get_u64(via, in.map_full_drops_addr, &h->map_full_drops))
         rc = errbuf_set(err, errlen, "cannot read process %d's memory: %s", (int)pid, strerror(errno));

@@ -76,10 +76,13 @@ void mlz__atfork_child(void)
     atomic_store(&mlz__g.active_free, 0);
     mlz__drain_forget();
     mlz__g.pid = (pid_t)syscall(SYS_getpid);
-    if (!was_active || !mlz__g.follow_fork) return;
-    /* A fresh map: the parent's entries describe the parent's heap. */
+    if (!was_active) return;
+    /* The map's entries describe the parent's heap: gone, and no longer
+     * ready, so that a snapshot of this child does not read them as its own
+     * (a later attach starts afresh). */
     mlz_heapmap_destroy(&mlz__g.map);
     mlz__g.ready = 0;
+    if (!mlz__g.follow_fork) return;
     mlz__g.spool_path[0] = 0;
     mlz__config_from_env();
     if (mlz__exec_choose_spool(1)) return;     /* PATH.PID, or memlyze.PID.spool */

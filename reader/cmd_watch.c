@@ -261,6 +261,13 @@ static int refresh_once(watch *w, char *err, size_t errlen)
     mlz_live_heap h;
     int rc = mlz_live_read(w->pid, &h, 0, err, errlen);
     if (rc) return rc;
+    /* Another session: memlyze was detached (and attached again) since the
+     * last refresh. Its stack ids and samples are not the ones learnt. */
+    if (w->have_heap && h.session != w->heap.session) {
+        mlz_live_free(&h);
+        snprintf(err, errlen, "memlyze was detached from process %d (and attached again)", (int)w->pid);
+        return -2;
+    }
     if (learn_stacks(w, &h, err, errlen)) { mlz_live_free(&h); return -1; }
     uint64_t base = h.rate ? h.rate : 1;
     /* Sites appear only through learn_stacks; the baseline of a site born

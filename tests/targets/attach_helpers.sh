@@ -60,8 +60,10 @@ state_of() { awk '/^State:/ { print $2 }' "/proc/$1/status" 2>/dev/null; }
 cleanup_state() { rm -rf "/tmp/memlyze-$1"; }
 # A target driven by lines on stdin, answering each with one line: talk_start
 # PROG runs it as coproc TGT, sets pid and waits for its first line; say LINE
-# sends LINE and waits (30 s at most) for the answer; talk_end closes its
-# stdin and waits for it, leaving its exit status in talk_rc.
+# sends LINE and waits (30 s at most) for the answer (ask: kept in $answer);
+# talk_end closes its stdin and waits for it, leaving its exit status in
+# talk_rc.
 talk_start() { coproc TGT { exec "$@"; }; pid=$TGT_PID; read -r -t 10 _ <&"${TGT[0]}"; }
 say() { echo "$1" >&"${TGT[1]}"; read -r -t 30 _ <&"${TGT[0]}"; }
+ask() { echo "$1" >&"${TGT[1]}"; read -r -t 30 answer <&"${TGT[0]}"; }   # the answer in $answer
 talk_end() { exec {TGT[1]}>&-; wait "$pid" 2>/dev/null; talk_rc=$?; }

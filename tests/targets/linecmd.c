@@ -7,6 +7,8 @@
  *           128 from the start); unfill closes them again
  *   limit   RLIMIT_FSIZE of 1 MiB
  *   drop    setresuid(65534): a daemon dropping root
+ *   fork    a child that frees the kept blocks and waits to be killed;
+ *           answered "child PID" once they are freed
  * Prints "ready" first; exits 0 at the end of input.
  */
 #define _GNU_SOURCE
@@ -41,6 +43,22 @@ int main(void)
         if (!strncmp(line, "unfill", 6)) while (nfds) close(fds[--nfds]);
         if (!strncmp(line, "limit", 5)) setrlimit(RLIMIT_FSIZE, &size);
         if (!strncmp(line, "drop", 4) && setresuid(65534, 65534, 65534)) return 2;
+        if (!strncmp(line, "fork", 4)) {
+            int ready[2];
+            char c;
+            if (pipe(ready)) return 2;
+            pid_t child = fork();
+            if (child == 0) {
+                while (nkeep) free(keep[--nkeep]);
+                if (write(ready[1], "x", 1) != 1) _exit(2);
+                for (;;) pause();
+            }
+            if (child < 0 || read(ready[0], &c, 1) != 1) return 2;
+            close(ready[0]);
+            close(ready[1]);
+            printf("child %d\n", (int)child);
+            continue;
+        }
         printf("done\n");
     }
     return 0;
