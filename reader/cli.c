@@ -20,6 +20,13 @@ int cli_error(const char *cmd, const char *fmt, ...)
     return 1;
 }
 
+pid_t cli_parse_pid(const char *s)
+{
+    char *end;
+    long v = strtol(s, &end, 10);
+    return *end || end == s || v <= 0 || v > 0x7fffffff ? 0 : (pid_t)v;
+}
+
 int cli_usage_error(const mlz_command *c, const char *fmt, ...)
 {
     va_list ap;

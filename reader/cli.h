@@ -10,6 +10,7 @@
 #include "mlz_format.h"
 
 #include <stdio.h>
+#include <sys/types.h>
 
 typedef struct mlz_command {
     const char *name;
@@ -36,6 +37,8 @@ char *cli_text(char *s);
 const char *cli_bytes(double bytes, char *buf, size_t len);
 /* A point in a recording: seconds since its start ("12.5") or an absolute
  * time in microseconds since the epoch (large numbers). 0 or -1. */
+/* A process id written in decimal (1..2^31-1), or 0 for anything else. */
+pid_t cli_parse_pid(const char *s);
 /* A number in [0, max] (NaN and infinities refused): 0, or -1. */
 int  cli_parse_number(const char *s, double max, double *out);
 int  cli_parse_time(const char *s, uint64_t start_us, uint64_t *out);

@@ -26,11 +26,7 @@ static int run(int argc, char **argv)
         }
         else if (c == 'f') force = 1;
         else if (c == 'p') {
-            char *end;
-            long v = strtol(optarg, &end, 10);
-            if (*end || end == optarg || v <= 0 || v > INT32_MAX)
-                return cli_usage_error(&cmd_finalize, "--pid takes a process id");
-            pid = (pid_t)v;
+            if (!(pid = cli_parse_pid(optarg))) return cli_usage_error(&cmd_finalize, "'%s' is not a process id", optarg);
         }
         else return cli_usage_error(&cmd_finalize, "bad option");
     }

@@ -29,9 +29,8 @@ static int run(int argc, char **argv)
     if (!out) return cli_usage_error(&cmd_heapdump, "need -o FILE.arc");
     size_t l = strlen(out);
     if (l < 5 || strcmp(out + l - 4, ".arc")) return cli_usage_error(&cmd_heapdump, "the output's name must end in .arc");
-    char *end;
-    long pid = strtol(argv[optind], &end, 10);
-    if (*end || pid <= 0 || pid > 0x7fffffff) return cli_usage_error(&cmd_heapdump, "'%s' is not a process id", argv[optind]);
+    long pid = cli_parse_pid(argv[optind]);
+    if (!pid) return cli_usage_error(&cmd_heapdump, "'%s' is not a process id", argv[optind]);
     char side[PATH_MAX], err[1024];
     if (hd_mlyze_name(out, side, sizeof side)) return cli_error("heapdump", "%s: name too long", out);
     hd_stats st;

@@ -258,8 +258,7 @@ static int run(int argc, char **argv)
             port = strtol(optarg, &end, 10);
             if (*end || port < 0 || port > 65535) return cli_usage_error(&cmd_serve, "--port takes 0 to 65535");
         } else if (c == 'P') {
-            pid = strtol(optarg, &end, 10);
-            if (*end || pid <= 0 || pid > 0x7fffffff) return cli_usage_error(&cmd_serve, "'%s' is not a process id", optarg);
+            if (!(pid = cli_parse_pid(optarg))) return cli_usage_error(&cmd_serve, "'%s' is not a process id", optarg);
         } else if (c == 'b') bind_addr = optarg;
         else return cli_usage_error(&cmd_serve, "bad option");
     }

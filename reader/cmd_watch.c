@@ -595,9 +595,8 @@ static int run(int argc, char **argv)
         } else return cli_usage_error(&cmd_watch, "bad option");
     }
     if (argc - optind != 1) return cli_usage_error(&cmd_watch, "need exactly one PID");
-    char *end;
-    long pid = strtol(argv[optind], &end, 10);
-    if (*end || pid <= 0 || pid > 0x7fffffff) return cli_usage_error(&cmd_watch, "'%s' is not a process id", argv[optind]);
+    long pid = cli_parse_pid(argv[optind]);
+    if (!pid) return cli_usage_error(&cmd_watch, "'%s' is not a process id", argv[optind]);
 
     setlocale(LC_ALL, "");
     watch w = { .pid = (pid_t)pid, .sort = by };
