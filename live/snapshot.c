@@ -407,16 +407,24 @@ typedef struct live_warm {
     const mlz_raw_module *mods;   /* h's: freed only after the join */
     size_t nmods;
     symbolizer *sym;
-    char root[32];                /* the target's file system: /proc/PID/root */
     _Atomic int stop;             /* the caller needs the symbolizer now */
     int joined;
 } live_warm;
+
+/* Where the target's paths lead: its root, as a live thread of it (via)
+ * sees it (a main thread that exited has none). */
+static const char *proc_root(pid_t via, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "/proc/%d/root", (int)via);
+    return buf;
+}
 
 static void *warm_main(void *arg)
 {
     live_warm *w = arg;
     uint64_t pcs[256], n = w->g.next_id, step = n / WARM_STACKS + 1;
-    w->sym = mlz_symbolizer_for(w->mods, w->nmods, w->root);
+    char root[32];
+    w->sym = mlz_symbolizer_for(w->mods, w->nmods, proc_root(w->pid, root, sizeof root));
     for (uint64_t id = 1; w->sym && id < n && !atomic_load_explicit(&w->stop, memory_order_relaxed); id += step) {
         int depth = read_stack(w->pid, &w->in, &w->g, id, pcs);
         for (int i = 0; i < depth && !atomic_load_explicit(&w->stop, memory_order_relaxed); i++)
@@ -425,20 +433,12 @@ static void *warm_main(void *arg)
     return NULL;
 }
 
-/* Where the target's paths lead: its root, as one of its live threads sees
- * it (a main thread that exited has none). */
-static void proc_root(const mlz_live_heap *h, char *buf, size_t cap)
-{
-    snprintf(buf, cap, "/proc/%d/root", (int)(h->via ? h->via : h->pid));
-}
-
 static void start_warm(pid_t pid, const struct memlyze_info *in, const live_globals *g, mlz_live_heap *h)
 {
     if (!mlz_worker_two_cpus()) return;   /* on one CPU it would only interleave */
     live_warm *w = calloc(1, sizeof *w);
     if (!w) return;
     *w = (live_warm){ .pid = pid, .in = *in, .g = *g, .mods = h->mods, .nmods = h->nmods };
-    proc_root(h, w->root, sizeof w->root);
     /* Signals stay the caller's: the thread starts with all blocked. */
     sigset_t all, old;
     sigfillset(&all);
@@ -576,9 +576,8 @@ int mlz_live_meta(mlz_live_heap *h, mlz_raw_stack *stacks, size_t nstacks, char 
     json_object_set_new(root, "counters", ctr);
     if (h->extra) json_object_update(root, (json_t *)h->extra);
     char at[32];
-    proc_root(h, at, sizeof at);
-    int rc = mlz_symbolized_meta(stacks, nstacks, h->mods, h->nmods, warm_result(h), at, root, "snapshot", meta,
-                                 ml, err, errlen);
+    int rc = mlz_symbolized_meta(stacks, nstacks, h->mods, h->nmods, warm_result(h), proc_root(via, at, sizeof at),
+                                 root, "snapshot", meta, ml, err, errlen);
     json_decref(root);
     return rc;
 }

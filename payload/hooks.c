@@ -228,6 +228,15 @@ static void record_alloc(mlz_tls *t, mlz_ring *ring, void *p, size_t n, uint64_t
     mlz__count_sample(ring);
 }
 
+/* A sample point that an allocation not to be recorded here reached: a
+ * fresh draw, not 0 (a countdown of 0 would make the program's next
+ * allocation a sure sample, weighed as a random one). */
+void mlz__sample_pass(mlz_tls *t)
+{
+    if (t->s.initialized) mlz_sampler_rearm(&t->s, mlz__g.rate << t->s.rate_shift);
+    else t->s.countdown = 0;
+}
+
 /* Called when the countdown ran out (or on a thread's first allocation).
  * The allocation itself has been made by the caller. */
 MLZ_NOINLINE void mlz__sample_slow(void *p, size_t n, uint64_t ts)
@@ -244,10 +253,7 @@ MLZ_NOINLINE void mlz__sample_slow(void *p, size_t n, uint64_t ts)
             atomic_fetch_add_explicit(&mlz__g.c.handler_allocs, 1, memory_order_relaxed);
         else if (t->s.in_hook)
             atomic_fetch_add_explicit(&mlz__g.c.reentrant, 1, memory_order_relaxed);
-        /* A fresh draw, not 0: a countdown of 0 would make the program's
-         * next allocation a sure sample, weighed as a random one. */
-        if (t->s.initialized) mlz_sampler_rearm(&t->s, mlz__g.rate << t->s.rate_shift);
-        else t->s.countdown = 0;
+        mlz__sample_pass(t);
         return;
     }
     if (!t->s.initialized) {

@@ -155,6 +155,7 @@ void *mlz_hook_pvalloc(size_t n);
 void *mlz_hook_reallocarray(void *p, size_t n, size_t m);
 /* The cold halves every hook shares (hooks.c), for hooks_named.c. */
 void  mlz__sample_slow(void *p, size_t n, uint64_t ts);
+void  mlz__sample_pass(mlz_tls *t);          /* a sample point not ours to record: drawn afresh */
 void  mlz__free_slow(void *p);
 void *mlz__sample_malloc(size_t n);          /* the real malloc, then the sample */
 void  mlz__free_then_real(void *p);          /* the rest of the filter's test, the sample's free, the real free */

@@ -15,13 +15,7 @@
 [ -n "$REAL_PAYLOAD" ] || { skip "attach_concurrent" "no libmemlyze.so in the build"; finish; }
 command -v gdb >/dev/null || { skip "attach_concurrent" "gdb not installed"; finish; }
 ATTACH="$B/bin/memlyze-attach"; DETACH="$B/bin/memlyze-detach"
-G() { timeout 120 gdb -q -nx -batch -iex 'set debuginfod enabled off' -iex 'set pagination off' "$@" 2>&1; }
-cc -O1 -g -o "$T/linecmd" "$ROOT/tests/targets/linecmd.c" || fail "build linecmd"
-kept() {   # kept FILE: live bytes of kept_site
-    "$MEMLYZE" top --json -n 20 "$1" | python3 -c "
-import json, sys; d = json.load(sys.stdin)
-print(int(round(sum(s['live_bytes'] for s in d['sites'] if s['frames'] and s['frames'][0].startswith('kept_site')))))"
-}
+build_linecmd
 
 # ---- a fork child
 talk_start "$T/linecmd"
@@ -35,7 +29,7 @@ check "fork: a snapshot of the child is refused, one line (the profiler is its p
 kill "$child"
 check "fork: the parent's snapshot still has its blocks" \
     "$MEMLYZE" snapshot -q -o "$T/parent.mlyze" "$pid"
-check "fork: ... 100 x 1000 B at kept_site" test "$(kept "$T/parent.mlyze")" = 100000
+check "fork: ... 100 x 1000 B at kept_site" test "$(kept_bytes "$T/parent.mlyze")" = 100000
 check "fork: detach" "$DETACH" -q "$pid"
 talk_end
 cleanup_state "$pid"
@@ -48,7 +42,7 @@ out=$(G -ex 'break read_stacks' -ex "run snapshot -q -o $T/sd.mlyze $pid" \
         -ex "shell '$DETACH' -q $pid" -ex continue --args "$MEMLYZE")
 check "snapshot during a detach: fails naming the detach, no file" \
     bash -c "grep -q 'memlyze was detached from process $pid while its heap was read' <<<\"\$0\" && [ ! -e '$T/sd.mlyze' ]" "$out"
-check "... and the detach wrote its trace" test "$(kept "$T/d.mlyze")" = 100000
+check "... and the detach wrote its trace" test "$(kept_bytes "$T/d.mlyze")" = 100000
 talk_end
 cleanup_state "$pid"
 
@@ -81,7 +75,7 @@ check "two attaches: the second is refused, naming the first, one line" \
 check "... the first succeeds" bash -c "grep -q 'exited normally' <<<\"\$0\" && ! grep -q 'memlyze-attach:' <<<\"\$0\"" "$out"
 say keep
 check "... its detach writes the trace" "$DETACH" -q "$pid"
-check "... with the blocks" test "$(kept "$T/a.mlyze")" = 100000
+check "... with the blocks" test "$(kept_bytes "$T/a.mlyze")" = 100000
 check "... and nothing is left in /tmp" test ! -e "/tmp/memlyze-$pid"
 talk_end
 cleanup_state "$pid"

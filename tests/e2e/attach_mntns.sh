@@ -8,13 +8,8 @@
 [ -n "$REAL_PAYLOAD" ] || { skip "attach_mntns" "no libmemlyze.so in the build"; finish; }
 unshare -m true 2>/dev/null || { skip "attach_mntns" "unshare -m not permitted here"; finish; }
 
-cc -O1 -g -o "$T/linecmd" "$ROOT/tests/targets/linecmd.c" || fail "build linecmd"
+build_linecmd
 mkdir -p "$T/box"
-kept() {   # kept FILE: live bytes of the site whose first frame is kept_site
-    "$MEMLYZE" top --json -n 20 "$1" | python3 -c "
-import json, sys; d = json.load(sys.stdin)
-print(int(round(sum(s['live_bytes'] for s in d['sites'] if s['frames'] and s['frames'][0].startswith('kept_site')))))"
-}
 
 # unshare and sh exec: the pid is linecmd's.
 talk_start unshare -m sh -c "mount -t tmpfs none '$T/box' && cp '$T/linecmd' '$T/box/' && exec '$T/box/linecmd'"
@@ -23,9 +18,9 @@ check "the program is invisible outside its namespace" \
 check "attach" "$B/bin/memlyze-attach" -q -r 1 -o "$T/mnt.mlyze" "$pid"
 say keep
 check "snapshot" "$MEMLYZE" snapshot -q -o "$T/snap.mlyze" "$pid"
-check "the snapshot names the program's function" test "$(kept "$T/snap.mlyze")" = 100000
+check "the snapshot names the program's function" test "$(kept_bytes "$T/snap.mlyze")" = 100000
 check "detach" "$B/bin/memlyze-detach" -q "$pid"
-check "the trace names the program's function" test "$(kept "$T/mnt.mlyze")" = 100000
+check "the trace names the program's function" test "$(kept_bytes "$T/mnt.mlyze")" = 100000
 talk_end
 cleanup_state "$pid"
 
@@ -38,9 +33,9 @@ if unshare -pfm --mount-proc true 2>/dev/null; then
     check "container: attach" "$B/bin/memlyze-attach" -q -r 1 -o "$T/pn.mlyze" "$tp"
     say keep
     check "container: snapshot" "$MEMLYZE" snapshot -q -o "$T/pn.snap.mlyze" "$tp"
-    check "container: the snapshot names the program's function" test "$(kept "$T/pn.snap.mlyze")" = 100000
+    check "container: the snapshot names the program's function" test "$(kept_bytes "$T/pn.snap.mlyze")" = 100000
     check "container: detach" "$B/bin/memlyze-detach" -q "$tp"
-    check "container: the trace names the program's function" test "$(kept "$T/pn.mlyze")" = 100000
+    check "container: the trace names the program's function" test "$(kept_bytes "$T/pn.mlyze")" = 100000
     talk_end
     cleanup_state "$tp"
 else

@@ -9,7 +9,7 @@
 . "$ROOT/tests/targets/attach_helpers.sh"
 [ -n "$REAL_PAYLOAD" ] || { skip "attach_nofd" "no libmemlyze.so in the build"; finish; }
 
-cc -O1 -g -o "$T/linecmd" "$ROOT/tests/targets/linecmd.c" || fail "build linecmd"
+build_linecmd
 
 talk_start "$T/linecmd"
 check "attach" "$B/bin/memlyze-attach" -q -r 1 -o "$T/t1.mlyze" "$pid"

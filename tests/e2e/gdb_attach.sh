@@ -13,7 +13,6 @@ if ! command -v gdb >/dev/null || ! gdb -nx -batch -ex 'python print(1)' >/dev/n
     finish
 fi
 export MEMLYZE_PAYLOAD="$B/lib/libmemlyze.so" MEMLYZE_BIN="$MEMLYZE"
-G() { timeout 120 gdb -q -nx -batch -iex 'set debuginfod enabled off' -iex 'set pagination off' "$@" 2>&1; }
 one_error() { [ "$(grep -c '^memlyze: ' <<<"$1")" -eq 1 ] && grep -q "^memlyze: .*$2" <<<"$1" && ! grep -q Traceback <<<"$1"; }
 json_site() {   # json_site JSON FUNC KEY: KEY summed over sites whose leaf frame is FUNC
     python3 -c "

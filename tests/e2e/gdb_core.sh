@@ -13,7 +13,6 @@ if ! command -v gdb >/dev/null || ! command -v gcore >/dev/null || ! gdb -nx -ba
     skip "gdb core files" "gdb with Python and gcore not installed; make deps"
     finish
 fi
-G() { timeout 120 gdb -q -nx -batch -iex 'set debuginfod enabled off' -iex 'set pagination off' "$@" 2>&1; }
 one_error() { [ "$(grep -c '^memlyze: ' <<<"$1")" -eq 1 ] && grep -q "^memlyze: .*$2" <<<"$1" && ! grep -q Traceback <<<"$1"; }
 site() {
     python3 -c "

@@ -14,8 +14,6 @@ if ! command -v gdb >/dev/null || ! gdb -nx -batch -ex 'python print(1)' >/dev/n
     skip "gdb scripts" "gdb with Python not installed; make deps"
     finish
 fi
-# G ARGS...: gdb in batch mode with the script loaded (after -p/-c/exe).
-G() { timeout 120 gdb -q -nx -batch -iex 'set debuginfod enabled off' -iex 'set pagination off' "$@" 2>&1; }
 one_error() {   # one_error OUTPUT WORDS: exactly one "memlyze:" line, containing WORDS, and no traceback
     [ "$(grep -c '^memlyze: ' <<<"$1")" -eq 1 ] && grep -q "^memlyze: .*$2" <<<"$1" && ! grep -q Traceback <<<"$1"
 }

@@ -18,3 +18,6 @@ fail() { echo "FAIL: $1${2:+: $2}"; failures=$((failures + 1)); }
 # check NAME CMD... : passes when CMD succeeds
 check() { local n=$1; shift; if "$@" >"$T/.out" 2>&1; then pass "$n"; else fail "$n" "$(head -c 600 "$T/.out")"; fi; }
 finish() { [ "$failures" -eq 0 ]; exit $?; }
+# G ARGS...: gdb in batch mode, no init files, no debuginfod, output and
+# errors together (the debugger tests).
+G() { timeout 120 gdb -q -nx -batch -iex 'set debuginfod enabled off' -iex 'set pagination off' "$@" 2>&1; }

@@ -67,3 +67,11 @@ talk_start() { coproc TGT { exec "$@"; }; pid=$TGT_PID; read -r -t 10 _ <&"${TGT
 say() { echo "$1" >&"${TGT[1]}"; read -r -t 30 _ <&"${TGT[0]}"; }
 ask() { echo "$1" >&"${TGT[1]}"; read -r -t 30 answer <&"${TGT[0]}"; }   # the answer in $answer
 talk_end() { exec {TGT[1]}>&-; wait "$pid" 2>/dev/null; talk_rc=$?; }
+# The line-driven target (tests/targets/linecmd.c) as $T/linecmd, and the
+# live bytes of its kept_site in a trace or snapshot.
+build_linecmd() { cc -O1 -g -o "$T/linecmd" "$ROOT/tests/targets/linecmd.c" || fail "build linecmd"; }
+kept_bytes() {
+    "$MEMLYZE" top --json -n 20 "$1" | python3 -c "
+import json, sys; d = json.load(sys.stdin)
+print(int(round(sum(s['live_bytes'] for s in d['sites'] if s['frames'] and s['frames'][0].startswith('kept_site')))))"
+}
