@@ -13,6 +13,7 @@
  */
 #include "mlz_format.h"
 #include "codec_split.h"
+#include "tmp_guard.h"
 #include "worker.h"
 #include "varint.h"
 
@@ -269,6 +270,7 @@ int mlz_writer_open(mlz_writer *w, const char *path, const mlz_writer_opts *o)
         w->fd = -1;
         return fail(w, rc);
     }
+    mlz_tmp_guard_add(w->tmp);
 
     if (o->flags & MLZ_FLAGS_BLOCKS) {
         if ((rc = build_path(w->idx_path, sizeof w->idx_path, path, ".idx", -1, NULL)) ||
@@ -290,6 +292,7 @@ int mlz_writer_open(mlz_writer *w, const char *path, const mlz_writer_opts *o)
             mlz_writer_abort(w);
             return fail_idx(w, rc);
         }
+        mlz_tmp_guard_add(w->idx_tmp);
         uint8_t ih[MLZ_INDEX_HEADER_SIZE] = { 0 };
         if ((rc = write_all(w->idx_fd, ih, sizeof ih))) { mlz_writer_abort(w); return fail(w, rc); }
     }
@@ -529,9 +532,10 @@ int mlz_writer_close(mlz_writer *w)
     if (rc) {
         if (!w->keep_on_error) unlink(w->tmp);
         if (w->idx_path[0]) unlink(w->idx_path);
-        return fail(w, rc);
     }
-    return 0;
+    mlz_tmp_guard_drop(w->tmp);
+    mlz_tmp_guard_drop(w->idx_tmp);
+    return rc ? fail(w, rc) : 0;
 }
 
 void mlz_writer_forget(mlz_writer *w)
@@ -547,6 +551,8 @@ void mlz_writer_abort(mlz_writer *w)
     close_own(&w->idx_fd, w->idx_dev, w->idx_ino);
     if (w->tmp[0] && !(w->keep_on_error && w->err)) unlink(w->tmp);
     if (w->idx_tmp[0]) unlink(w->idx_tmp);
+    mlz_tmp_guard_drop(w->tmp);
+    mlz_tmp_guard_drop(w->idx_tmp);
     mlz_split_free(w->split);
     w->split = NULL;
 }

@@ -37,6 +37,7 @@
 #include "mlz_format.h"
 #include "procdata.h"
 #include "snapshot.h"
+#include "tmp_guard.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -528,7 +529,7 @@ static int write_arc(dump *d, const char *arc_path)
         if (d->heap[i].addr + d->heap[i].size > x.hi) x.hi = d->heap[i].addr + d->heap[i].size;
 
     char tmp[PATH_MAX + 16];
-    snprintf(tmp, sizeof tmp, "%s.tmp", arc_path);
+    snprintf(tmp, sizeof tmp, "%s.%d.tmp", arc_path, (int)getpid());
     uint8_t *scratch = malloc(maxsz), *bitmap = malloc(ARC_BITMAP_BYTES(maxsz) + 1);
     FILE *f = scratch && bitmap ? fopen(tmp, "wbx") : NULL;
     if (!f) {
@@ -538,6 +539,7 @@ static int write_arc(dump *d, const char *arc_path)
         if (!scratch || !bitmap) return errbuf_set(d->err, d->errlen, "out of memory");
         return errbuf_set(d->err, d->errlen, "%s: %s", tmp, strerror(e));
     }
+    mlz_tmp_guard_add(tmp);
     setvbuf(f, NULL, _IOFBF, 1 << 22);
     int we = arc_put_forward(f, root_id, root_size);
     for (size_t i = 0; !we && i < d->nroots; i++) we = arc_put_forward(f, d->roots[i].id, d->roots[i].size);
@@ -549,16 +551,18 @@ static int write_arc(dump *d, const char *arc_path)
     int e = errno;
     free(scratch);
     free(bitmap);
+    int rc = 0;
     if (fclose(f) || we) {
+        e = we ? e : errno;
         unlink(tmp);
-        return errbuf_set(d->err, d->errlen, "%s: %s", tmp, strerror(we ? e : errno));
-    }
-    if (rename(tmp, arc_path)) {
+        rc = errbuf_set(d->err, d->errlen, "%s: %s", tmp, strerror(e));
+    } else if (rename(tmp, arc_path)) {
         e = errno;
         unlink(tmp);
-        return errbuf_set(d->err, d->errlen, "%s: %s", arc_path, strerror(e));
+        rc = errbuf_set(d->err, d->errlen, "%s: %s", arc_path, strerror(e));
     }
-    return 0;
+    mlz_tmp_guard_drop(tmp);
+    return rc;
 }
 
 static void dump_free(dump *d)
@@ -594,8 +598,12 @@ int hd_dump(pid_t pid, const char *arc_path, const char *mlyze_path, int flags, 
     if (!rc) rc = read_roots(&d);
     if (!rc) rc = snapshot_heap(&d, arc_path, mlyze_path, flags);
     int wrote_mlyze = !rc;
+    /* The two files are one dump: a signal before the .arc is in place
+     * takes the snapshot with it. */
+    if (wrote_mlyze) mlz_tmp_guard_add(mlyze_path);
     if (!rc) rc = write_arc(&d, arc_path);
     if (rc && wrote_mlyze) unlink(mlyze_path);
+    if (wrote_mlyze) mlz_tmp_guard_drop(mlyze_path);
     dump_free(&d);
     return rc ? -1 : 0;
 }

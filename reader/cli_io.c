@@ -6,6 +6,7 @@
 #include "cli.h"
 #include "report.h"
 #include "mlz_format.h"
+#include "tmp_guard.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -83,6 +84,7 @@ int cli_out_open(const char *cmd, const char *path, cli_out *o)
         free(o->tmp);
         return rc;
     }
+    mlz_tmp_guard_add(o->tmp);
     return 0;
 }
 
@@ -98,6 +100,7 @@ int cli_out_close(const char *cmd, cli_out *o, int ok)
     if (ok && err) rc = cli_error(cmd, "%s: %s", o->path, strerror(err));
     else if (ok && o->tmp && rename(o->tmp, o->path)) rc = cli_error(cmd, "%s: %s", o->path, strerror(errno));
     if (!ok || rc) { if (o->tmp) unlink(o->tmp); rc = 1; }
+    if (o->tmp) mlz_tmp_guard_drop(o->tmp);
     free(o->path);
     free(o->tmp);
     return rc;

@@ -3,6 +3,7 @@
  * Each subcommand lives in cmd_NAME.c and answers --help.
  */
 #include "cli.h"
+#include "tmp_guard.h"
 
 #include <string.h>
 
@@ -27,6 +28,7 @@ static void usage(FILE *out)
 int main(int argc, char **argv)
 {
     /* Installed as memlyze-snapshot too (a link): argv[0] names the command. */
+    mlz_tmp_guard_signals();
     const char *self = strrchr(argv[0], '/');
     self = self ? self + 1 : argv[0];
     if (!strncmp(self, "memlyze-", 8))

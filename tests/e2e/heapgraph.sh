@@ -95,6 +95,13 @@ out=$("$MEMLYZE" heapdump --short-pause -o "$T/sp.arc" "$GPID" 2>&1)
 check "heapdump --short-pause: valid dump" "$MEMLYZE" validate "$T/sp.arc"
 check "heapdump --short-pause: same 3 leaked objects" bash -c "'$MEMLYZE' leakcheck '$T/sp.arc' | grep -q 'definitely leaked: 3 objects, 240 B in 2 sites'"
 
+# Interrupted while the .arc is put in place (the target still stopped):
+# neither half of the dump stays, and the target is free for the next one.
+cc -O1 -g -fPIC -shared -o "$T/raise.so" "$ROOT/tests/targets/raise_at_rename.c" -ldl || fail "build raise_at_rename"
+{ ( MLZ_TEST_SIGNAL=2 MLZ_TEST_MATCH=.arc. LD_PRELOAD="$T/raise.so" exec "$MEMLYZE" heapdump -q -o "$T/int.arc" "$GPID" ) 2>/dev/null; } 2>/dev/null; rc=$?
+check "heapdump ended by SIGINT: no .arc, no snapshot, no .tmp left" bash -c "[ $rc -eq 130 ] && ! ls '$T' | grep -q '^int\.'"
+check "after the interrupted dump, the next dump of the same target works" "$MEMLYZE" heapdump -q -o "$T/after.arc" "$GPID"
+
 # Two dumps do not mix: a snapshot from another dump is refused.
 "$MEMLYZE" heapdump -q -o "$T/d2.arc" "$GPID"
 cp "$T/d2.mlyze" "$T/mix.mlyze"; cp "$T/d1.arc" "$T/mix.arc"
