@@ -142,7 +142,7 @@ static unsigned g_fp_marked[64];
 static unsigned fp_marks(int on)
 {
     unsigned n, k = 0;
-    mlz_module *m = (mlz_module *)mlz_modtab_modules(&n, NULL);
+    mlz_module *m = (mlz_module *)mlz_modtab_modules(&n, NULL, NULL);
     for (unsigned i = 0; i < n && i < 64; i++) {
         if (!on) g_fp_marked[i] = m[i].frame_pointers;
         m[i].frame_pointers = (uint8_t)(on && g_fp_marked[i]);
@@ -166,7 +166,7 @@ int main(void)
         return 1;
     }
     unsigned nmod;
-    mlz_modtab_modules(&nmod, NULL);
+    mlz_modtab_modules(&nmod, NULL, NULL);
     unsigned base = base_frames();
     static const unsigned targets[] = { 10, 30 };
 

@@ -34,16 +34,20 @@
 typedef struct snap {
     struct snap *retired_next;
     size_t map_size;
-    uint64_t generation;
+    uint64_t generation, stamp_ns;
     unsigned long long adds, subs;
     unsigned count;
     mlz_module mods[];
 } snap;
 
 static _Atomic(snap *) g_cur;
-static snap *g_retired;                    /* owned by the g_busy holder */
+/* Retired snapshots, newest first: only the g_busy holder adds, but the
+ * drain reads the chain (mlz_modtab_modules_of), so the head is published
+ * with release after the node's link is set. */
+static _Atomic(snap *) g_retired;
 static uint64_t g_generation;              /* owned by the g_busy holder */
 static atomic_flag g_busy = ATOMIC_FLAG_INIT;
+static uint64_t (*_Atomic g_now_ns)(void);
 
 typedef struct fill_ctx {
     snap *s;                 /* NULL in the counting pass */
@@ -295,10 +299,12 @@ int mlz_modtab_refresh(void)
         return -ENOMEM;
     }
     s->generation = ++g_generation;
+    uint64_t (*now)(void) = atomic_load(&g_now_ns);
+    s->stamp_ns = now ? now() : 0;      /* after the walk: it saw the unloads before this */
     snap *old = atomic_exchange_explicit(&g_cur, s, memory_order_acq_rel);
     if (old) {
-        old->retired_next = g_retired;
-        g_retired = old;
+        old->retired_next = atomic_load_explicit(&g_retired, memory_order_relaxed);
+        atomic_store_explicit(&g_retired, old, memory_order_release);
     }
     atomic_flag_clear_explicit(&g_busy, memory_order_release);
     return 0;
@@ -346,11 +352,30 @@ int mlz_modtab_changed(void)
     return c.adds != s->adds || c.subs != s->subs;
 }
 
-const mlz_module *mlz_modtab_modules(unsigned *count, uint64_t *generation)
+const mlz_module *mlz_modtab_modules_of(uint64_t generation, unsigned *count, uint64_t *stamp_ns)
+{
+    const snap *s = atomic_load_explicit(&g_cur, memory_order_acquire);
+    if (s && s->generation != generation)
+        for (s = atomic_load_explicit(&g_retired, memory_order_acquire); s && s->generation > generation;)
+            s = s->retired_next;
+    if (!s || s->generation != generation) return NULL;
+    *count = s->count;
+    if (stamp_ns) *stamp_ns = s->stamp_ns;
+    return s->mods;
+}
+
+void mlz_modtab_set_clock(uint64_t (*now_ns)(void))
+{
+    atomic_store(&g_now_ns, now_ns);
+}
+
+const mlz_module *mlz_modtab_modules(unsigned *count, uint64_t *generation, uint64_t *stamp_ns)
 {
     const snap *s = atomic_load_explicit(&g_cur, memory_order_acquire);
     if (generation)
         *generation = s ? s->generation : 0;
+    if (stamp_ns)
+        *stamp_ns = s ? s->stamp_ns : 0;
     *count = s ? s->count : 0;
     return s ? s->mods : NULL;
 }
@@ -368,10 +393,11 @@ void mlz_modtab_release_all(void)
     snap *s = atomic_exchange_explicit(&g_cur, NULL, memory_order_acq_rel);
     if (s)
         munmap(s, s->map_size);
-    while (g_retired) {
-        snap *next = g_retired->retired_next;
-        munmap(g_retired, g_retired->map_size);
-        g_retired = next;
+    snap *r = atomic_exchange_explicit(&g_retired, NULL, memory_order_acq_rel);
+    while (r) {
+        snap *next = r->retired_next;
+        munmap(r, r->map_size);
+        r = next;
     }
     atomic_flag_clear_explicit(&g_busy, memory_order_release);
 }

@@ -74,9 +74,20 @@ int mlz_modtab_changed(void);
 
 /* The current snapshot's modules, sorted by start, and their count; NULL and
  * 0 if there is none. *generation (may be NULL) grows by one per refresh, so a
- * trace writer knows when to write a new module map. The array stays valid
- * until mlz_modtab_release_all(). */
-const mlz_module *mlz_modtab_modules(unsigned *count, uint64_t *generation);
+ * trace writer knows when to write a new module map; *stamp_ns (may be NULL)
+ * is when the snapshot was taken, by the clock given below. The array stays
+ * valid until mlz_modtab_release_all(). */
+const mlz_module *mlz_modtab_modules(unsigned *count, uint64_t *generation, uint64_t *stamp_ns);
+
+/* The same for an earlier snapshot, by its generation (retired ones are
+ * kept): NULL if there was none (a failed refresh) or it is released.
+ * A writer that missed some generations can still write every module that
+ * was loaded, however briefly. */
+const mlz_module *mlz_modtab_modules_of(uint64_t generation, unsigned *count, uint64_t *stamp_ns);
+
+/* The clock that stamps snapshots (the payload's event clock, so a trace
+ * can tell an event before an unload from one after it); NULL: none, 0. */
+void mlz_modtab_set_clock(uint64_t (*now_ns)(void));
 
 /* The current snapshot's generation (0 if none); one atomic load. */
 uint64_t mlz_modtab_generation(void);

@@ -53,6 +53,7 @@ enum mlz_event_type {
     MLZ_EV_MODULE     = 17,  /* spool only: start, size, bias, build-id, path */
     MLZ_EV_COUNTERS   = 18,  /* spool only: the payload's statistics, JSON */
     MLZ_EV_COVERAGE   = 19,  /* spool only: GOT blind-spot report, text */
+    MLZ_EV_MODULE_GONE = 20, /* spool only: start, time unloaded (µs), path */
     MLZ_EV_EXEC       = 23,  /* spool only: the image is about to exec ("E...") or it failed ("F") */
 };
 

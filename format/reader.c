@@ -382,12 +382,13 @@ static int check_ext(mlz_reader *r, const mlz_event *ev, mlz_error *err, uint64_
 {
     const uint8_t *p = ev->data, *end = ev->data + ev->len;
     size_t n = 0;
-    const char *what = ev->type == MLZ_EV_STACK_RAW ? "STACK_RAW" : "MODULE";
+    const char *what = ev->type == MLZ_EV_STACK_RAW ? "STACK_RAW" : ev->type == MLZ_EV_MODULE ? "MODULE" : "MODULE_GONE";
     uint64_t a, b, c;
     if (ev->type == MLZ_EV_STACK_RAW) {
         GETV(a); GETV(b);
         if (b > 1024) return mlz__error_set(err, MLZ_RULE_SIZE, off, "STACK_RAW depth %llu is too deep", (unsigned long long)b);
         for (uint64_t i = 0; i < b; i++) GETV(c);
+        if (n != ev->len) GETV(c);     /* the time (older spools end without it) */
         if (n != ev->len) return mlz__error_set(err, MLZ_RULE_SIZE, off, "STACK_RAW length mismatch");
         if (a == 0 || seen_set(r, a)) return mlz__error_set(err, MLZ_RULE_REFERENCE, off, "bad STACK_RAW id %llu", (unsigned long long)a);
         return 0;
@@ -398,6 +399,11 @@ static int check_ext(mlz_reader *r, const mlz_event *ev, mlz_error *err, uint64_
         n += (size_t)c;
         GETV(c);
         if (c > MLZ_PATH_MAX || (size_t)(end - p) != n + c) return mlz__error_set(err, MLZ_RULE_SIZE, off, "MODULE path length mismatch");
+        return 0;
+    }
+    if (ev->type == MLZ_EV_MODULE_GONE) {
+        GETV(a); GETV(b); GETV(c);
+        if (c > MLZ_PATH_MAX || (size_t)(end - p) != n + c) return mlz__error_set(err, MLZ_RULE_SIZE, off, "MODULE_GONE path length mismatch");
         return 0;
     }
     return 0;

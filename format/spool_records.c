@@ -23,10 +23,21 @@ size_t mlz_spool_module(uint8_t *out, uint64_t start, uint64_t size, uint64_t bi
     return n + plen;
 }
 
-size_t mlz_spool_stack(uint8_t *out, uint64_t id, const uint64_t *pcs, unsigned depth)
+size_t mlz_spool_stack(uint8_t *out, uint64_t id, const uint64_t *pcs, unsigned depth, uint64_t t_us)
 {
     size_t n = mlz_varint_put(out, id);
     n += mlz_varint_put(out + n, depth);
     for (unsigned i = 0; i < depth; i++) n += mlz_varint_put(out + n, pcs[i]);
-    return n;
+    return n + mlz_varint_put(out + n, t_us);
+}
+
+size_t mlz_spool_module_gone(uint8_t *out, uint64_t start, uint64_t t_us, const char *path)
+{
+    size_t n = 0, plen = strlen(path);
+    if (plen > MLZ_PATH_MAX) plen = MLZ_PATH_MAX;
+    n += mlz_varint_put(out + n, start);
+    n += mlz_varint_put(out + n, t_us);
+    n += mlz_varint_put(out + n, plen);
+    memcpy(out + n, path, plen);
+    return n + plen;
 }

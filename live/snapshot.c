@@ -376,7 +376,7 @@ static int read_stacks(pid_t pid, const struct memlyze_info *in, const live_glob
             stacks = nv;
             cst *= 2;
         }
-        stacks[nst] = (mlz_raw_stack){ id, (uint32_t)depth, malloc((depth ? (size_t)depth : 1) * 8), 0 };
+        stacks[nst] = (mlz_raw_stack){ .id = id, .depth = (uint32_t)depth, .pcs = malloc((depth ? (size_t)depth : 1) * 8) };
         if (!stacks[nst].pcs) { rc = -1; break; }
         memcpy(stacks[nst].pcs, pcs, (size_t)depth * 8);
         slot_of[id] = (uint32_t)++nst;
@@ -474,8 +474,8 @@ static int copy_modules(pid_t pid, mlz_live_heap *h, char *err, size_t errlen)
     if (!h->mods) return errbuf_set(err, errlen, "out of memory");
     h->nmods = nmods;
     for (size_t i = 0; i < nmods; i++) {
-        h->mods[i] = (mlz_raw_module){ mods[i].start, mods[i].end - mods[i].start, mods[i].bias, { 0 },
-                                       mods[i].build_id_len, mods[i].path };
+        h->mods[i] = (mlz_raw_module){ .start = mods[i].start, .size = mods[i].end - mods[i].start, .bias = mods[i].bias,
+                                       .blen = mods[i].build_id_len, .path = mods[i].path };
         memcpy(h->mods[i].build_id, mods[i].build_id, mods[i].build_id_len);
     }
     return 0;

@@ -94,7 +94,14 @@ static void *hook_dlopen(const char *file, int mode)
 
 static int hook_dlclose(void *handle)
 {
-    if (atomic_load(&mlz__attached)) return mlz_got_dlclose(handle);
+    if (atomic_load(&mlz__attached)) {
+        mlz__modules_refresh();
+        int r = mlz_got_dlclose(handle);
+        int saved = errno;
+        mlz__modules_refresh();
+        errno = saved;
+        return r;
+    }
     return ((int (*)(void *))hooks[H_DLCLOSE].real)(handle);
 }
 

@@ -497,20 +497,74 @@ static size_t read_file(const char *path, char *buf, size_t cap)
     return n;
 }
 
+static int same_module(const mlz_module *a, const mlz_module *b)
+{
+    return a->start == b->start && a->end == b->end && a->load_bias == b->load_bias &&
+           a->build_id_len == b->build_id_len && !memcmp(a->build_id, b->build_id, a->build_id_len) &&
+           !strcmp(a->path, b->path);
+}
+
+/* Whether `in` (count modules, sorted by start) holds the mapping m. */
+static int has_module(const mlz_module *in, unsigned count, const mlz_module *m)
+{
+    unsigned lo = 0, hi = count;
+    while (lo < hi) {
+        unsigned mid = lo + (hi - lo) / 2;
+        if (in[mid].start < m->start) lo = mid + 1;
+        else hi = mid;
+    }
+    for (; lo < count && in[lo].start == m->start; lo++)
+        if (same_module(&in[lo], m)) return 1;
+    return 0;
+}
+
+/* The module map, as it changed: MODULE for each module not in the last
+ * map written, MODULE_GONE (with the time the snapshot that missed it was
+ * taken) for each that left it. Every snapshot since the last round is
+ * read, so a library loaded and unloaded in between is still named; and
+ * a stack is symbolized against the module at its addresses at the time
+ * of its allocations, even if another library was loaded there since.
+ * Snapshots stay mapped until release_all, so the last one can be read. */
 static void write_modules(uint64_t now_us)
 {
-    unsigned count;
-    uint64_t gen;
-    const mlz_module *mods = mlz_modtab_modules(&count, &gen);
+    static const mlz_module *last;
+    static unsigned nlast;
+    uint64_t gen = mlz_modtab_generation();
     if (gen == modtab_gen) return;
-    modtab_gen = gen;
-    for (unsigned i = 0; i < count; i++) {
-        static uint8_t p[MLZ_SPOOL_MODULE_MAX];
-        size_t n = mlz_spool_module(p, mods[i].start, mods[i].end - mods[i].start, mods[i].load_bias,
-                                  mods[i].build_id, mods[i].build_id_len, mods[i].path);
-        if (mlz_writer_ext(&spool, MLZ_EV_MODULE, now_us, p, n))
-            atomic_fetch_add_explicit(&mlz__g.c.spool_errors, 1, memory_order_relaxed);
+    if (modtab_gen == UINT64_MAX || modtab_gen > gen) nlast = 0, modtab_gen = gen - 1;  /* a new spool */
+    static uint8_t p[MLZ_SPOOL_MODULE_MAX];
+    for (uint64_t g = modtab_gen + 1; g <= gen; g++) {
+        unsigned count;
+        uint64_t stamp_ns;
+        const mlz_module *mods = mlz_modtab_modules_of(g, &count, &stamp_ns);
+        if (!mods) continue;
+        for (unsigned i = 0; i < count; i++) {
+            if (has_module(last, nlast, &mods[i])) continue;
+            size_t n = mlz_spool_module(p, mods[i].start, mods[i].end - mods[i].start, mods[i].load_bias,
+                                      mods[i].build_id, mods[i].build_id_len, mods[i].path);
+            if (mlz_writer_ext(&spool, MLZ_EV_MODULE, now_us, p, n))
+                atomic_fetch_add_explicit(&mlz__g.c.spool_errors, 1, memory_order_relaxed);
+        }
+        for (unsigned i = 0; i < nlast; i++) {
+            if (has_module(mods, count, &last[i])) continue;
+            size_t n = mlz_spool_module_gone(p, last[i].start, to_us(stamp_ns), last[i].path);
+            if (mlz_writer_ext(&spool, MLZ_EV_MODULE_GONE, now_us, p, n))
+                atomic_fetch_add_explicit(&mlz__g.c.spool_errors, 1, memory_order_relaxed);
+        }
+        last = mods;
+        nlast = count;
     }
+    modtab_gen = gen;
+}
+
+/* Before and after a dlclose (both fronts): the module map is taken while
+ * the library is still there (so it is named even if no drain round saw
+ * it), then again once it is gone, stamped before any allocation from a
+ * library loaded at its addresses next. Takes the loader lock. */
+void mlz__modules_refresh(void)
+{
+    /* No map yet (not started) or none any more (shut down): nothing to do. */
+    if (mlz_modtab_generation() && mlz_modtab_changed()) mlz_modtab_refresh();
 }
 
 /* The first ALLOC of a stack writes it: write_rec checks the bitmap, and
@@ -522,7 +576,7 @@ static __attribute__((noinline)) void write_stack(uint32_t id, uint64_t t_us)
     unsigned depth;
     if (!mlz_stacktab_get(&mlz__g.stacks, id, &pcs, &depth)) return;
     uint8_t p[MLZ_SPOOL_STACK_MAX(MLZ_MAX_FRAMES)];
-    size_t n = mlz_spool_stack(p, id, pcs, depth);
+    size_t n = mlz_spool_stack(p, id, pcs, depth, t_us);
     if (mlz_writer_ext(&spool, MLZ_EV_STACK_RAW, t_us, p, n) == 0)
         stack_written[id / 8] |= (uint8_t)(1u << (id % 8));
 }
@@ -559,7 +613,7 @@ static void write_rec(const mlz_rec *e, int32_t tid)
             id = SPOOL_TRUNCATED_ID;
             if (!truncated_written) {
                 uint8_t p[MLZ_SPOOL_STACK_MAX(0)];
-                size_t n = mlz_spool_stack(p, id, NULL, 0);
+                size_t n = mlz_spool_stack(p, id, NULL, 0, t);
                 truncated_written = mlz_writer_ext(&spool, MLZ_EV_STACK_RAW, t, p, n) == 0;
             }
         } else if (!(stack_written[id / 8] & (1u << (id % 8)))) {

@@ -163,7 +163,7 @@ static unsigned program_frames(const uint64_t *raw, unsigned n, const uint64_t *
      * the module table was last refreshed (finalize still resolves it). */
     unsigned nmods;
     uint64_t gen;
-    const mlz_module *mods = mlz_modtab_modules(&nmods, &gen);
+    const mlz_module *mods = mlz_modtab_modules(&nmods, &gen, NULL);
     while (n > 0 && nmods && raw[n - 1] < mods[0].start) n--;
     while (i < n && raw[i] >= mlz__g.self_lo && raw[i] < mlz__g.self_hi) i++;
     *pcs = raw + i;

@@ -12,8 +12,11 @@
  * and a branch there cost 2-3% of a malloc/free pair).
  */
 #include "payload.h"
+#include "gotpatch.h"
 
 #include <dlfcn.h>
+#include <errno.h>
+#include <limits.h>
 #include <stdalign.h>
 #include <stdlib.h>
 #include <string.h>
@@ -118,3 +121,37 @@ MLZ_EXPORT void *memalign(size_t a, size_t n) { return mlz_hook_memalign(a, n); 
 MLZ_EXPORT void *valloc(size_t n) { return mlz_hook_valloc(n); }
 MLZ_EXPORT void *pvalloc(size_t n) { return mlz_hook_pvalloc(n); }
 MLZ_EXPORT void *reallocarray(void *p, size_t n, size_t m) { return mlz_hook_reallocarray(p, n, m); }
+
+/* dlopen and dlclose are exported for one reason: the module map is
+ * retaken as soon as a library comes (so its allocations unwind through it
+ * at once, not from the drain's next round) and around its unload; the
+ * attached front does the same in its hooks. The name is resolved as the
+ * caller would have (its RUNPATH, $ORIGIN): to glibc, we are the caller. */
+MLZ_EXPORT void *dlopen(const char *file, int mode)
+{
+    static void *(*_Atomic real)(const char *, int);
+    void *(*f)(const char *, int) = atomic_load(&real);
+    if (!f) atomic_store(&real, f = (void *(*)(const char *, int))dlsym(RTLD_NEXT, "dlopen"));
+    if (!f) return NULL;
+    char path[PATH_MAX];
+    const char *use = file && mlz_got_dlopen_path(file, __builtin_return_address(0), path, sizeof path) == 1 ? path : file;
+    void *h = f(use, mode);
+    int saved = errno;
+    if (h) mlz__modules_refresh();
+    errno = saved;
+    return h;
+}
+
+MLZ_EXPORT int dlclose(void *handle)
+{
+    static int (*_Atomic real)(void *);
+    int (*f)(void *) = atomic_load(&real);
+    if (!f) atomic_store(&real, f = (int (*)(void *))dlsym(RTLD_NEXT, "dlclose"));
+    if (!f) return -1;
+    mlz__modules_refresh();
+    int r = f(handle);
+    int saved = errno;
+    mlz__modules_refresh();
+    errno = saved;
+    return r;
+}

@@ -22,6 +22,9 @@
 /* Before init the free hook's Bloom test must answer "no" without memory
  * of its own: an all-zero filter in .bss (never written, so never resident,
  * unless the preload library's boot arena was used: preload.c). */
+/* Module snapshots are stamped by the event clock (modtab.h). */
+static uint64_t modtab_clock(void) { return mlz__now_ns(); }
+
 static uint8_t empty_filter[1u << MLZ_BLOOM_DEFAULT_LOG2_CELLS];
 static uint8_t *spare_cells;     /* a detached filter, zeroed, for the next attach */
 
@@ -150,6 +153,7 @@ int mlz__init(void)
     }
     atomic_store_explicit(&mlz__g.bloom.cells, atomic_load(&tmp.cells), memory_order_release);
 
+    mlz_modtab_set_clock(modtab_clock);
     mlz_modtab_refresh();
     const mlz_module *self = mlz_modtab_find((uint64_t)(uintptr_t)&mlz_hook_malloc);
     if (self) { mlz__g.self_lo = self->exec_start; mlz__g.self_hi = self->exec_end; }

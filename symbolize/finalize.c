@@ -91,6 +91,8 @@ static int collect(fin *f, const mlz_event *ev)
         if (!st.pcs) return -1;
         for (uint64_t i = 0; i < depth; i++)
             if (get_v(&p, end, &st.pcs[i])) { free(st.pcs); return -1; }
+        st.t_us = ev->time_us;      /* older spools: the stream's time */
+        if (p < end && get_v(&p, end, &st.t_us)) { free(st.pcs); return -1; }
         if (f->nstacks == f->cstacks) {
             f->cstacks = f->cstacks ? 2 * f->cstacks : 1024;
             raw_stack *n = realloc(f->stacks, f->cstacks * sizeof *n);
@@ -121,10 +123,17 @@ static int collect(fin *f, const mlz_event *ev)
         p += blen;
         if (get_v(&p, end, &plen) || (size_t)(end - p) != plen) return -1;
         size_t first = f->mod_first ? f->mod_first[f->seg] : 0;
-        for (size_t i = first; i < f->nmods; i++)  /* the same mapping, seen again */
-            if (f->mods[i].start == m.start && strlen(f->mods[i].path) == plen &&
-                !memcmp(f->mods[i].path, p, plen))
-                return 0;
+        for (size_t i = first; i < f->nmods; i++) {
+            raw_module *o = &f->mods[i];
+            if (o->start != m.start || o->size != m.size || o->bias != m.bias || o->blen != m.blen ||
+                memcmp(o->build_id, m.build_id, m.blen) || strlen(o->path) != plen || memcmp(o->path, p, plen))
+                continue;
+            if (!o->gone_us) return 0;                          /* the same mapping, seen again */
+            if (!o->superseded) { o->gone_us = 0; return 0; }   /* back, and nothing was there meanwhile */
+        }
+        for (size_t i = first; i < f->nmods; i++)
+            if (f->mods[i].start < m.start + m.size && m.start < f->mods[i].start + f->mods[i].size)
+                f->mods[i].superseded = 1;
         m.path = strndup((const char *)p, plen);
         if (!m.path) return -1;
         if (f->nmods == f->cmods) {
@@ -134,6 +143,17 @@ static int collect(fin *f, const mlz_event *ev)
             f->mods = n;
         }
         f->mods[f->nmods++] = m;
+    } else if (ev->type == MLZ_EV_MODULE_GONE) {
+        uint64_t start, t, plen;
+        if (get_v(&p, end, &start) || get_v(&p, end, &t) || get_v(&p, end, &plen) || (size_t)(end - p) != plen)
+            return -1;
+        size_t first = f->mod_first ? f->mod_first[f->seg] : 0;
+        for (size_t i = f->nmods; i-- > first;)
+            if (f->mods[i].start == start && !f->mods[i].gone_us && strlen(f->mods[i].path) == plen &&
+                !memcmp(f->mods[i].path, p, plen)) {
+                f->mods[i].gone_us = t ? t : 1;
+                break;
+            }
     }
     return 0;
 }
@@ -165,9 +185,139 @@ static void jw_json(mlz_jw *w, const char *key, json_t *v)
     }
 }
 
+/*
+ * Views: the module maps stacks are symbolized in. One per image, unless a
+ * library was unloaded and another loaded over its addresses: then one more
+ * from each such unload on, and a stack is read in the map of the time it
+ * was allocated from. In that map, of the modules that shared addresses,
+ * each address goes to the one unloaded first after that time, or else to
+ * the one still loaded.
+ */
+typedef struct view {
+    uint32_t seg;
+    uint64_t from_us;            /* stacks allocated from then (to the next view's) */
+    size_t *mods, nmods;         /* indices into fin.mods, no two overlapping */
+    symbolizer *sym;
+} view;
+
+static uint64_t gone_or_never(const raw_module *m) { return m->gone_us ? m->gone_us : UINT64_MAX; }
+
+static int overlap(const raw_module *a, const raw_module *b)
+{
+    return a->start < b->start + b->size && b->start < a->start + a->size;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void free_views(fin *f, view *v, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (v[i].sym && v[i].sym != f->given) sym_free(v[i].sym);
+        free(v[i].mods);
+    }
+    free(v);
+}
+
+/* The views of image s (modules [lo, hi)), appended to *v. */
+static int image_views(fin *f, uint32_t s, size_t lo, size_t hi, view **v, size_t *nv)
+{
+    size_t n = hi - lo, nb = 0, no = 0;
+    uint8_t *over = calloc(n ? n : 1, 1);
+    uint64_t *bounds = calloc(n + 1, sizeof *bounds);
+    size_t *order = calloc(n ? n : 1, sizeof *order);
+    int rc = -1;
+    if (!over || !bounds || !order) goto out;
+    for (size_t i = 0; i < n; i++)
+        for (size_t j = i + 1; j < n; j++)
+            if (overlap(&f->mods[lo + i], &f->mods[lo + j])) over[i] = over[j] = 1;
+    for (size_t i = 0; i < n; i++)
+        if (over[i]) {
+            if (f->mods[lo + i].gone_us) bounds[nb++] = f->mods[lo + i].gone_us;
+            order[no++] = lo + i;
+        }
+    qsort(bounds, nb, sizeof *bounds, cmp_u64);
+    size_t u = 0;
+    for (size_t i = 0; i < nb; i++)
+        if (!u || bounds[i] != bounds[u - 1]) bounds[u++] = bounds[i];
+    nb = u;
+    /* The shared-address modules by unload time (stable: insertion sort). */
+    for (size_t i = 1; i < no; i++)
+        for (size_t j = i; j > 0 && gone_or_never(&f->mods[order[j]]) < gone_or_never(&f->mods[order[j - 1]]); j--) {
+            size_t t = order[j]; order[j] = order[j - 1]; order[j - 1] = t;
+        }
+    view *nvw = realloc(*v, (*nv + nb + 1) * sizeof *nvw);
+    if (!nvw) goto out;
+    *v = nvw;
+    for (size_t b = 0; b <= nb; b++) {
+        view *w = &(*v)[(*nv)++];
+        *w = (view){ .seg = s, .from_us = b ? bounds[b - 1] : 0, .mods = malloc((n ? n : 1) * sizeof *w->mods) };
+        if (!w->mods) goto out;
+        uint64_t upto = b < nb ? bounds[b] : UINT64_MAX;
+        for (size_t i = 0; i < n; i++)
+            if (!over[i]) w->mods[w->nmods++] = lo + i;
+        size_t first_shared = w->nmods;
+        for (size_t k = 0; k < no; k++) {
+            const raw_module *m = &f->mods[order[k]];
+            if (gone_or_never(m) < upto) continue;      /* unloaded before this view */
+            int taken = 0;
+            for (size_t i = first_shared; i < w->nmods && !taken; i++) taken = overlap(m, &f->mods[w->mods[i]]);
+            if (!taken) w->mods[w->nmods++] = order[k];
+        }
+    }
+    rc = 0;
+out:
+    free(over);
+    free(bounds);
+    free(order);
+    return rc;
+}
+
+/* Every image's views, each stack given its own, and their symbolizers. */
+static int make_views(fin *f, view **out, size_t *nout)
+{
+    view *v = NULL;
+    size_t nv = 0;
+    uint32_t nseg = f->nseg ? f->nseg : 1;
+    size_t *first = calloc(nseg + 1, sizeof *first);
+    if (!first) return -1;
+    for (uint32_t s = 0; s < nseg; s++) {
+        size_t lo = f->mod_first ? f->mod_first[s] : 0, hi = f->mod_first ? f->mod_first[s + 1] : f->nmods;
+        first[s] = nv;
+        if (image_views(f, s, lo, hi, &v, &nv)) goto fail;
+    }
+    first[nseg] = nv;
+    for (size_t i = 0; i < f->nstacks; i++) {
+        mlz_raw_stack *st = &f->stacks[i];
+        size_t k = first[st->seg];
+        while (k + 1 < first[st->seg + 1] && v[k + 1].from_us <= st->t_us) k++;
+        st->view = (uint32_t)k;
+    }
+    for (size_t k = 0; k < nv; k++) {
+        if (f->given && nv == 1) { v[k].sym = f->given; continue; }
+        raw_module *mods = malloc((v[k].nmods ? v[k].nmods : 1) * sizeof *mods);
+        if (!mods) goto fail;
+        for (size_t i = 0; i < v[k].nmods; i++) mods[i] = f->mods[v[k].mods[i]];
+        v[k].sym = mlz_symbolizer_for(mods, v[k].nmods, f->proc_root);
+        free(mods);
+        if (!v[k].sym) goto fail;
+    }
+    free(first);
+    *out = v;
+    *nout = nv;
+    return 0;
+fail:
+    free(first);
+    free_views(f, v, nv);
+    return -1;
+}
+
 /* Writes the whole metadata; returns its length or 0 on overflow. images:
  * one object per exec'd image when there was more than one (or NULL). */
-static size_t build_meta(fin *f, symbolizer **syms, json_t *spool_root, json_t *images,
+static size_t build_meta(fin *f, const view *views, json_t *spool_root, json_t *images,
                          const char *kind, char *buf, size_t cap)
 {
     mlz_jw w;
@@ -216,8 +366,9 @@ static size_t build_meta(fin *f, symbolizer **syms, json_t *spool_root, json_t *
             sym_frame fr[16];
             int mod;
             uint64_t rel;
-            int n = sym_resolve(syms[st->seg], st->pcs[j], fr, 16, &mod, &rel);
-            if (mod >= 0 && f->mod_first) mod += (int)f->mod_first[st->seg];
+            const view *v = &views[st->view];
+            int n = sym_resolve(v->sym, st->pcs[j], fr, 16, &mod, &rel);
+            if (mod >= 0) mod = (int)v->mods[mod];
             for (int k = 0; k < n; k++) {
                 mlz_jw_obj(&w, NULL);
                 mlz_jw_u64(&w, "file_id", intern(f->files, &f->nfiles, fr[k].file));
@@ -272,30 +423,23 @@ static int make_meta(fin *f, json_t *root, json_t *images, const char *const *na
         intern(f->funcs, &f->nfuncs, json_string_value(v));
     }
     for (size_t i = 0; i < nnames; i++) name_ids[i] = intern(f->funcs, &f->nfuncs, names[i]);
-    /* One symbolizer per image: its addresses mean nothing in another. */
-    uint32_t nseg = f->nseg ? f->nseg : 1;
-    symbolizer **syms = calloc(nseg, sizeof *syms);
-    if (!syms) return errbuf_set(err, errlen, "out of memory");
+    /* One symbolizer per image (its addresses mean nothing in another),
+     * and per unload of a library another was loaded over. */
+    view *views;
+    size_t nviews;
+    if (make_views(f, &views, &nviews)) return errbuf_set(err, errlen, "out of memory, or cannot start libdw");
     int rc = -1;
-    for (uint32_t s = 0; s < nseg; s++) {
-        size_t lo = f->mod_first ? f->mod_first[s] : 0, hi = f->mod_first ? f->mod_first[s + 1] : f->nmods;
-        syms[s] = f->given && nseg == 1 ? f->given : mlz_symbolizer_for(f->mods + lo, hi - lo, f->proc_root);
-        if (!syms[s]) { errbuf_set(err, errlen, "cannot start libdw"); goto out; }
-    }
     size_t cap = 1 << 20;
     for (;;) {
         char *meta = malloc(cap);
         if (!meta) { errbuf_set(err, errlen, "out of memory"); break; }
         /* Interning is repeatable: same strings get the same ids again. */
-        if ((*len = build_meta(f, syms, root, images, kind, meta, cap))) { *out = meta; rc = 0; break; }
+        if ((*len = build_meta(f, views, root, images, kind, meta, cap))) { *out = meta; rc = 0; break; }
         free(meta);
         cap *= 4;
         if (cap > (1u << 31)) { errbuf_set(err, errlen, "metadata too large"); break; }
     }
-out:
-    for (uint32_t s = 0; s < nseg; s++)
-        if (syms[s] && syms[s] != f->given) sym_free(syms[s]);
-    free(syms);
+    free_views(f, views, nviews);
     return rc;
 }
 

@@ -18,6 +18,9 @@ typedef struct mlz_raw_stack {
     uint32_t depth;
     uint64_t *pcs;            /* leaf first */
     uint32_t seg;             /* which image (exec segment) it belongs to */
+    uint64_t t_us;            /* when an allocation had it (picks the module
+                               * map of that time, if a library was unloaded) */
+    uint32_t view;            /* finalize's own: the module map it is read in */
 } mlz_raw_stack;
 
 typedef struct mlz_raw_module {
@@ -25,6 +28,8 @@ typedef struct mlz_raw_module {
     uint8_t build_id[64];
     size_t blen;
     char *path;
+    uint64_t gone_us;         /* when it was seen unloaded; 0: never */
+    int superseded;           /* another module was loaded over its addresses */
 } mlz_raw_module;
 
 /* Encodings of the event stream a trace is written in (--format, -z). */

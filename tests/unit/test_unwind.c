@@ -198,7 +198,7 @@ static void test_modtab(void)
     uint64_t gen0, gen1;
 
     REQUIRE(mlz_modtab_refresh() == 0);
-    const mlz_module *mods = mlz_modtab_modules(&n, &gen0);
+    const mlz_module *mods = mlz_modtab_modules(&n, &gen0, NULL);
     REQUIRE(mods && n >= 3);
     for (unsigned i = 0; i + 1 < n; i++)
         CHECK(mods[i].end <= mods[i + 1].start);    /* sorted, disjoint */
@@ -240,7 +240,7 @@ static void test_modtab(void)
     CHECK(mlz_modtab_find(UINT64_MAX) == NULL);
 
     REQUIRE(mlz_modtab_refresh() == 0);
-    mlz_modtab_modules(&n, &gen1);
+    mlz_modtab_modules(&n, &gen1, NULL);
     CHECK_EQ_U64(gen1, gen0 + 1);
     CHECK(mods[0].start != 0);          /* a retired snapshot stays readable */
 }
@@ -1313,7 +1313,7 @@ static void test_fp_fake_stacks(void)
 static uint64_t random_pc(void)
 {
     unsigned n;
-    const mlz_module *m = mlz_modtab_modules(&n, NULL);
+    const mlz_module *m = mlz_modtab_modules(&n, NULL, NULL);
     uint64_t r = rnd();
     switch (r % 4) {
     case 0: return g_restore_rt && r % 8 == 0 ? g_restore_rt : (uint64_t)(uintptr_t)&qsort + (r >> 32) % 64;
