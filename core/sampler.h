@@ -54,10 +54,15 @@ typedef struct mlz_sampler_tls {
  * goes negative rather than at <= 0: the compiler then does the update and
  * the test with one add to thread-local memory and a js (6 instructions in
  * the malloc hook instead of 8: load, add, store, test). Unsigned
- * arithmetic, so a nonsense size (calloc overflow, SIZE_MAX) wraps instead
- * of being UB. */
+ * arithmetic, so a nonsense size wraps instead of being UB; and a request
+ * of 2^63 bytes or more (malloc fails it), which would move the countdown
+ * up by 2^64 - 1 - req and blind the thread for that long (exact mode
+ * too), is a sample point itself: the slow path draws a fresh countdown.
+ * That test comes first, on the register: the update stays one add to
+ * memory (tested after it, the compiler split it into load, add, store). */
 static inline int mlz_sampler_should_sample(mlz_sampler_tls *t, size_t req)
 {
+    if (mlz_unlikely((int64_t)req < 0)) return 1;
     t->countdown = (int64_t)((uint64_t)t->countdown + ~(uint64_t)req);   /* - req - 1 */
     return mlz_unlikely(t->countdown < 0);
 }

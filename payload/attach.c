@@ -441,10 +441,20 @@ MLZ_EXPORT int memlyze_attach_stats(int *modules, int *slots)
  * of the injectable library when it is preloaded for tests. */
 extern const int mlz__preload_build __attribute__((weak));
 
+static void got_mode_start(void);
+
+/* errno is the program's (control.c, payload_load). */
 __attribute__((constructor)) static void got_mode_from_env(void)
 {
     const char *m = getenv("MEMLYZE_MODE");
     if (&mlz__preload_build || !m || strcmp(m, "got")) return;
+    int saved = errno;
+    got_mode_start();
+    errno = saved;
+}
+
+static void got_mode_start(void)
+{
     mlz__config_from_env();
     if (mlz__exec_choose_spool(0)) return;     /* a descendant not to follow */
     const char *in = getenv("MEMLYZE_INLINE");
@@ -484,6 +494,7 @@ __attribute__((constructor)) static void got_mode_from_env(void)
 
 __attribute__((destructor)) static void got_mode_exit(void)
 {
+    int saved = errno;
     if (atomic_load(&mlz__attached)) {
         /* Process exit: the report again, now with every module loaded
          * during the run; then seal the spool (the slots can stay). */
@@ -492,4 +503,5 @@ __attribute__((destructor)) static void got_mode_exit(void)
         atomic_store(&mlz__g.active_free, 0);
         mlz__drain_stop();
     }
+    errno = saved;
 }

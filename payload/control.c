@@ -13,6 +13,8 @@
  */
 #include "payload.h"
 
+#include <errno.h>
+
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -90,17 +92,23 @@ void mlz__atfork_child(void)
     mlz__start();
 }
 
+/* errno is the program's: main() starts with 0, and our probes (spool
+ * segments not there, ENOENT) must not show through. */
 __attribute__((constructor)) static void payload_load(void)
 {
     if (!&mlz__preload_build) return;
+    int saved = errno;
     mlz__config_from_env();
     pthread_atfork(NULL, NULL, mlz__atfork_child);
-    if (mlz__exec_choose_spool(0)) return;     /* a descendant not to follow */
-    mlz__start();
+    if (!mlz__exec_choose_spool(0))            /* else a descendant not to follow */
+        mlz__start();
+    errno = saved;
 }
 
 __attribute__((destructor)) static void payload_unload(void)
 {
     if (!&mlz__preload_build) return;
+    int saved = errno;
     mlz__shutdown();
+    errno = saved;
 }

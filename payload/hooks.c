@@ -446,9 +446,15 @@ void *mlz_hook_valloc(size_t n)
     return mlz__g.real.valloc(n);
 }
 
+/* pvalloc's request is whole pages (at least one): what it allocates, and
+ * so what a profile counts. A size past the last page stays as it is (it
+ * fails). */
 void *mlz_hook_pvalloc(size_t n)
 {
-    if (MLZ_SAMPLES(n)) return sample1(mlz__g.real.pvalloc, n, n);
+    static size_t page;
+    if (!page) page = (size_t)sysconf(_SC_PAGESIZE);
+    size_t whole = n > SIZE_MAX - page ? n : n ? (n + page - 1) & ~(page - 1) : page;
+    if (MLZ_SAMPLES(whole)) return sample1(mlz__g.real.pvalloc, n, whole);
     return mlz__g.real.pvalloc(n);
 }
 

@@ -6,7 +6,10 @@
 #    not be recorded are said in the loss line;
 #  - realloc called from code without frame pointers: its stack is the
 #    caller's (realloc's hook once realigned its stack, and the walk took a
-#    copy of the return address for the caller's frame).
+#    copy of the return address for the caller's frame);
+#  - a failed request of 2^63 bytes or more (malloc(-1 GiB), realloc to it,
+#    a calloc whose product is that large) moved the sampler's countdown up
+#    and hid the thread's next ~2^64 - size bytes, even at -r 1.
 # Both through LD_PRELOAD and through GOT patching (--got, attach's path).
 . "$(dirname "$0")/lib.sh"
 
@@ -84,10 +87,30 @@ int main(void)
     return 0;
 }
 EOF
+cat > "$T/huge.c" <<'EOF'
+#include <stdio.h>
+#include <stdlib.h>
+static void *volatile keep[3][100];
+__attribute__((noinline)) static void kept_after(int k) { for (int i = 0; i < 100; i++) keep[k][i] = malloc(1000); }
+int main(void)
+{
+    void *volatile x = malloc((size_t)0 - ((size_t)1 << 30));
+    kept_after(0);
+    x = calloc((size_t)1 << 32, ((size_t)1 << 32) - 4);
+    kept_after(1);
+    void *p = malloc(16);
+    x = realloc(p, (size_t)0 - ((size_t)1 << 30));
+    free(p);
+    kept_after(2);
+    printf("%s\n", x ? "allocated?" : "ok");
+    return 0;
+}
+EOF
 cc -O0 -g -o "$T/vla" "$T/vla.c" || fail "build vla"
 cc -O1 -g -fno-omit-frame-pointer -o "$T/sig" "$T/sig.c" || fail "build sig"
 # -O2 without -fno-omit-frame-pointer: grow() keeps no frame pointer.
 cc -O2 -g -o "$T/rs" "$T/rs.c" || fail "build rs"
+cc -O1 -g -w -o "$T/huge" "$T/huge.c" || fail "build huge"
 
 # live bytes per site whose frames contain FUNCTION (top --json)
 site_bytes() {
@@ -149,6 +172,14 @@ PY
         && pass "$mode: a VLA frame met at the same sp from another caller keeps its true callers" \
         || fail "$mode: a VLA frame met at the same sp from another caller keeps its true callers" \
                 "$(head -1 "$T/vla-$mode.out"); $(tr '\n' ';' <<<"$stacks")"
+
+    # shellcheck disable=SC2086
+    "$MEMLYZE" run -r 1 $args -o "$T/huge-$mode.mlyze" -- "$T/huge" > "$T/huge-$mode.out" 2>&1
+    "$MEMLYZE" top --json "$T/huge-$mode.mlyze" > "$T/huge-$mode.json" 2>/dev/null
+    k=$(site_bytes "$T/huge-$mode.json" kept_after)
+    grep -qx ok "$T/huge-$mode.out" && [ "$k" = 300000 ] \
+        && pass "$mode: failed requests of 2^63 bytes and more hide nothing after them (kept_after $k B)" \
+        || fail "$mode: failed requests of 2^63 bytes and more hide nothing after them" "kept_after $k B (300000); $(head -c 200 "$T/huge-$mode.out")"
 
     # shellcheck disable=SC2086
     "$MEMLYZE" run -r 1 $args -o "$T/rs-$mode.mlyze" -- "$T/rs" > /dev/null 2>&1

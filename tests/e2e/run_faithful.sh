@@ -7,6 +7,7 @@
 
 cat > "$T/prog.c" <<'EOF'
 #include <dlfcn.h>
+#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +22,7 @@ int main(int argc, char **argv)
     const char *m = argc > 1 ? argv[1] : "";
     if (!strcmp(m, "segv")) raise(SIGSEGV);
     if (!strcmp(m, "status")) return 7;
+    if (!strcmp(m, "errno")) { int e = errno; printf("errno at main %d\n", e); return 0; }
     if (!strcmp(m, "sleep")) { sleep(30); return 0; }
     if (!strcmp(m, "reallocarray")) { for (int i = 0; i < 100; i++) keep[i] = ra_site(); return 0; }
     if (!strcmp(m, "_exit")) { for (int i = 0; i < 1000; i++) exit_site(i); _exit(3); }
@@ -143,5 +145,12 @@ if cc -static -O1 -o "$T/static" "$T/prog.c" 2>/dev/null; then
 else
     skip "a static program: its status" "cc -static fails: no static libc (Debian package libc6-dev)"
 fi
+# C says main starts with errno 0: the payload's constructor probes files
+# that are not there (ENOENT) and must not leave that behind.
+for mode in "" "-r 1" "--got"; do
+    # shellcheck disable=SC2086
+    out=$("$MEMLYZE" run $mode -o "$T/errno.mlyze" -- "$T/prog" errno 2>/dev/null); rm -f "$T/errno.mlyze"
+    check "run ${mode:-sampled}: main starts with errno 0" test "$out" = "errno at main 0"
+done
 check "nothing left in /tmp" bash -c "! ls -d /tmp/memlyze-run.* 2>/dev/null | xargs -r -n1 sh -c 'ls \"\$0\"' | grep -q spool"
 finish

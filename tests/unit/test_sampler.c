@@ -121,10 +121,16 @@ static void test_countdown_rule(void)
     t.countdown = 4;
     CHECK(mlz_sampler_should_sample(&t, (size_t)1 << 62));
     /* Requests of 2^63 bytes and more (malloc fails them all) wrap around
-     * instead of being signed overflow: UBSan would trap here. */
+     * instead of being signed overflow (UBSan would trap here), and are
+     * sample points: the countdown they moved up is drawn again. */
     t.countdown = 4;
-    CHECK(!mlz_sampler_should_sample(&t, SIZE_MAX));
-    CHECK_EQ_U64(t.countdown, 4);
+    CHECK(mlz_sampler_should_sample(&t, SIZE_MAX));
+    t.countdown = 4;
+    CHECK(mlz_sampler_should_sample(&t, (size_t)-1 << 30));
+    t.countdown = 4;
+    CHECK(mlz_sampler_should_sample(&t, (size_t)1 << 63));
+    t.countdown = 4;
+    CHECK(!mlz_sampler_should_sample(&t, 3));   /* ordinary sizes as before */
 }
 
 /* The draw's own log (the payload has no libm) against libm's, and the
