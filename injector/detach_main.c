@@ -115,7 +115,15 @@ int main(int argc, char **argv)
         if (rc) goto fail;
         return 0;
     }
-    if ((rc = mlz__preflight(pid, MLZ_PRE_ALLOW_SECCOMP, &t))) goto fail;
+    if ((rc = mlz__preflight(pid, MLZ_PRE_ALLOW_SECCOMP, &t))) {
+        /* It was dying (killed as we came): detach what it left. */
+        if (rc == MLZ_INJ_ESRCH && ((kill(pid, 0) && errno == ESRCH) || mlz_proc_live_tid(pid) == 0)) {
+            mlz__err_clear();
+            if ((rc = detach_exited(pid, output, finalize, quiet))) goto fail;
+            return 0;
+        }
+        goto fail;
+    }
     if (!t.payload_mapped && mlz__state_read(pid, &st) == 0) {
         /* Attached, yet no payload: the process exec'd (a detached payload
          * stays mapped). Keep what the old image wrote, as a valid trace. */

@@ -261,5 +261,17 @@ int mlz__preflight(pid_t pid, int flags, mlz_target *t)
         rc = preflight_once(pid, flags, t);
         if (!t->image || mlz__image_id(pid) == t->image) break;
     }
+    /* Refused because it is dying? Its maps and threads then say odd
+     * things ("statically linked", "pthread_exit in main"): wait for the
+     * end (a thread merely exiting in a live process times out, and the
+     * first answer stands). */
+    for (int waited = 0; rc && waited < 5000 && mlz_proc_exiting(pid); waited += 20) {
+        usleep(20000);
+        if ((kill(pid, 0) && errno == ESRCH) || mlz_proc_live_tid(pid) == 0) {
+            mlz__err_clear();
+            mlz__err("process %d exited", (int)pid);
+            return MLZ_INJ_ESRCH;
+        }
+    }
     return rc;
 }

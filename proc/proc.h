@@ -50,6 +50,10 @@ unsigned long long mlz_proc_start_ticks(pid_t pid);
  * on) /proc/PID/maps is empty and reads through pid fail, so a thread still
  * running; 0 if there is none. */
 pid_t mlz_proc_live_tid(pid_t pid);
+/* 1 if a thread of pid that is not a zombie yet is in do_exit: the process
+ * may be dying (killed, and tearing down a large heap takes a while), its
+ * maps already empty and its main thread already a zombie. */
+int mlz_proc_exiting(pid_t pid);
 /* The first thread of pid, the main one left out, that pick() accepts; 0
  * if none (or the process is gone). */
 pid_t mlz_proc_task_find(pid_t pid, int (*pick)(pid_t pid, pid_t tid, void *arg), void *arg);

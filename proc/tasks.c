@@ -71,3 +71,21 @@ pid_t mlz_proc_live_tid(pid_t pid)
 {
     return gone_thread(pid, pid) ? mlz_proc_task_find(pid, running, NULL) : pid;
 }
+
+#define PF_EXITING_FLAG 0x4u    /* linux/sched.h: in do_exit() */
+
+/* A thread not yet a zombie, already in do_exit (killed: tearing down). */
+static int exiting_thread(pid_t pid, pid_t tid, void *arg)
+{
+    (void)arg;
+    char buf[512];
+    unsigned flags;
+    const char *f = mlz_proc_stat_fields(pid, tid == pid ? 0 : tid, buf, sizeof buf);
+    return f && f[0] != 'Z' && f[0] != 'X' && sscanf(f, "%*c %*d %*d %*d %*d %*d %u", &flags) == 1 &&
+           (flags & PF_EXITING_FLAG);
+}
+
+int mlz_proc_exiting(pid_t pid)
+{
+    return exiting_thread(pid, pid, NULL) || mlz_proc_task_find(pid, exiting_thread, NULL) != 0;
+}
