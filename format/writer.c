@@ -109,10 +109,26 @@ static int own_fds(mlz_writer *w)
     return rc;
 }
 
+/*
+ * A write that starts at or past RLIMIT_FSIZE gets the process SIGXFSZ,
+ * whose default is death: inside a profiled program, the program's. The
+ * limit is looked up before each write (the program may lower it at any
+ * time, even just before exit while its last spool block is written on
+ * its own thread), and such a write fails with EFBIG instead. Below the
+ * limit the kernel shortens a write to end there; the next one stops here.
+ */
+static int past_fsize_limit(off_t pos)
+{
+    struct rlimit rl;
+    return pos >= 0 && !getrlimit(RLIMIT_FSIZE, &rl) && rl.rlim_cur != RLIM_INFINITY && (rlim_t)pos >= rl.rlim_cur;
+}
+
 static int write_all(int fd, const void *p, size_t n)
 {
     const uint8_t *b = p;
+    off_t pos = lseek(fd, 0, SEEK_CUR);      /* -1 (a pipe): no limit applies */
     while (n > 0) {
+        if (past_fsize_limit(pos)) return -EFBIG;
         ssize_t k = write(fd, b, n);
         if (k < 0) {
             if (errno == EINTR) continue;
@@ -120,6 +136,7 @@ static int write_all(int fd, const void *p, size_t n)
         }
         b += k;
         n -= (size_t)k;
+        if (pos >= 0) pos += k;
     }
     return 0;
 }
@@ -128,6 +145,7 @@ static int pwrite_all(int fd, const void *p, size_t n, off_t off)
 {
     const uint8_t *b = p;
     while (n > 0) {
+        if (past_fsize_limit(off)) return -EFBIG;
         ssize_t k = pwrite(fd, b, n, off);
         if (k < 0) {
             if (errno == EINTR) continue;

@@ -201,6 +201,17 @@ static int check_target(attach_args *a, attach_run *x)
         mlz__err("process %d (%s) is already attached: run memlyze-detach %d first", (int)pid, x->t.comm, (int)pid);
         return MLZ_INJ_ESTATE;
     }
+    if (mlz__state_stale(pid)) {
+        mlz__err("the memlyze record for pid %d is of an earlier process that exited while attached: "
+                 "memlyze-detach %d writes its trace first", (int)pid, (int)pid);
+        return MLZ_INJ_ESTATE;
+    }
+    if (x->t.payload_active == 2) {
+        mlz__err("process %d (%s) was forked by an attached process: it inherited the patched GOT slots but "
+                 "records nothing; memlyze-detach %d puts them back, then memlyze-attach %d starts afresh",
+                 (int)pid, x->t.comm, (int)pid, (int)pid);
+        return MLZ_INJ_ESTATE;
+    }
     /* The output is named relative to where we were run, not the target. */
     char dflt[64];
     snprintf(dflt, sizeof dflt, "memlyze.%d.mlyze", (int)pid);

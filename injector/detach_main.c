@@ -64,7 +64,7 @@ static int keep_spool_left(pid_t pid, mlz_state *st, const char *output, int fin
 
 /* PID is gone. If it exited while attached, its spool outlived it: write
  * the trace it recorded up to its exit, so nothing is lost or left in /tmp. */
-static int detach_exited(pid_t pid, const char *output, int finalize, int quiet)
+static int detach_exited(pid_t pid, const char *output, int finalize, int quiet, int reused)
 {
     mlz_state st;
     uid_t owner;
@@ -75,7 +75,9 @@ static int detach_exited(pid_t pid, const char *output, int finalize, int quiet)
     }
     int rc = keep_spool_left(pid, &st, output, finalize, owner, result, sizeof result);
     if (rc) return 1;
-    if (!quiet) printf("memlyze: process %d exited while attached; trace up to its exit: %s\n", (int)pid, result);
+    if (!quiet)
+        printf("memlyze: process %d%s exited while attached; trace up to its exit: %s\n", (int)pid,
+               reused ? " (an earlier one: the pid is now another process's)" : "", result);
     return 0;
 }
 
@@ -111,15 +113,22 @@ int main(int argc, char **argv)
 
     /* Gone, or a zombie not yet reaped: its record and spool are all there is. */
     if ((kill(pid, 0) && errno == ESRCH) || mlz_proc_live_tid(pid) == 0) {
-        rc = detach_exited(pid, output, finalize, quiet);
+        rc = detach_exited(pid, output, finalize, quiet, 0);
         if (rc) goto fail;
         return 0;
+    }
+    /* The record is of an earlier process with this pid, which exited
+     * while attached: its trace first (it was deleted, or left in /tmp). */
+    if (mlz__state_stale(pid)) {
+        if ((rc = detach_exited(pid, output, finalize, quiet, 1))) goto fail;
+        if (mlz_proc_payload_find(mlz_proc_live_tid(pid), &(mlz_proc_module){ 0 }) != 0) return 0;
+        output = NULL;       /* -o named the earlier one's trace */
     }
     if ((rc = mlz__preflight(pid, MLZ_PRE_ALLOW_SECCOMP, &t))) {
         /* It was dying (killed as we came): detach what it left. */
         if (rc == MLZ_INJ_ESRCH && ((kill(pid, 0) && errno == ESRCH) || mlz_proc_live_tid(pid) == 0)) {
             mlz__err_clear();
-            if ((rc = detach_exited(pid, output, finalize, quiet))) goto fail;
+            if ((rc = detach_exited(pid, output, finalize, quiet, 0))) goto fail;
             return 0;
         }
         goto fail;

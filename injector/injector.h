@@ -47,7 +47,7 @@ uint64_t mlz__now_us(void);             /* CLOCK_MONOTONIC */
 int  mlz__pt_seize(pid_t tid);
 int  mlz__pt_interrupt(pid_t tid);
 int  mlz__pt_cont(pid_t tid, int sig);
-int  mlz__pt_syscall(pid_t tid);
+int  mlz__pt_syscall(pid_t tid, int sig);
 int  mlz__pt_detach(pid_t tid, int sig);
 int  mlz__pt_getregs(pid_t tid, struct user_regs_struct *r);
 int  mlz__pt_setregs(pid_t tid, const struct user_regs_struct *r);
@@ -125,7 +125,7 @@ typedef struct mlz_target {
     char comm[64];
     int stopped;                 /* State: T (group-stopped) */
     int payload_mapped;          /* our payload is already in it */
-    int payload_active;          /* ... and sampling: 1, inert: 0, unknown: -1 */
+    int payload_active;          /* ... and sampling: 1, inert: 0, a fork child's inherited: 2, unknown: -1 */
     /* An inert payload's per-thread sampler state (resample.c): offsets
      * from a thread's fs base of its countdown, initialized and rate_shift
      * fields, and their widths; nsampler = 0 when not to be reset. */
@@ -166,7 +166,6 @@ typedef struct mlz_remote {
     int cave_written;
     int last_stop;                   /* what kind of stop the thread sits in */
     int timeout_ms;
-    int group_stop_seen;             /* a group stop came while we ran */
     int nice, boosted;               /* its nice value, raised while lent */
     int let_go;                      /* a call timed out: detached, it finishes and restores itself */
     uint64_t errno_addr;             /* the thread's errno (its TLS), put back at the end */
@@ -296,6 +295,9 @@ int  mlz__state_read(pid_t pid, mlz_state *s);      /* MLZ_INJ_ESTATE when there
 /* The record of PID that exited while attached (read through our /tmp), and
  * the owner of its directory; MLZ_INJ_ESTATE when there is none to trust. */
 int  mlz__state_read_exited(pid_t pid, mlz_state *s, uid_t *owner);
+/* 1 if PID's record is of an earlier process given the same pid: it exited
+ * while attached (its start time differs from the live one's). */
+int  mlz__state_stale(pid_t pid);
 void mlz__state_remove(pid_t pid, const mlz_state *s, int keep_spool);
 /* p made absolute against our working directory. */
 int  mlz__abspath(const char *p, char *out, size_t cap);

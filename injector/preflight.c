@@ -34,7 +34,9 @@ static pid_t shares_memory_with_parent(pid_t pid)
 
 /* Whether a mapped payload is sampling, from its memlyze_info descriptor
  * (payload/info.h): 1 active, 0 inert (detached, or an attach interrupted
- * before memlyze_attach ran), -1 unknown. Read from outside: nothing stops. */
+ * before memlyze_attach ran), 2 attached without its tables (a fork child
+ * of an attached process: the GOT slots patched, nothing recorded), -1
+ * unknown. Read from outside: nothing stops. */
 static int payload_active(pid_t pid, const mlz_proc_module *m, mlz_target *t)
 {
     struct memlyze_info d;
@@ -51,7 +53,9 @@ static int payload_active(pid_t pid, const mlz_proc_module *m, mlz_target *t)
         for (int i = 0; i < 3; i++) t->sampler_at[i] = tpoff + off[i], t->sampler_width[i] = width[i];
         t->nsampler = 3;
     }
-    return v != 0;
+    int32_t ready = 1;
+    if (v && mlz_proc_read(pid, d.ready_addr, &ready, sizeof ready)) ready = 1;
+    return v ? (ready ? 1 : 2) : 0;
 }
 
 static int read_status(mlz_target *t, int *tracer, char *state)

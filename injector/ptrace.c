@@ -47,7 +47,7 @@ int mlz__pt_seize(pid_t tid)
 
 int mlz__pt_interrupt(pid_t tid) { return req(PTRACE_INTERRUPT, tid, 0, 0, "INTERRUPT"); }
 int mlz__pt_cont(pid_t tid, int sig) { return req(PTRACE_CONT, tid, 0, (void *)(long)sig, "CONT"); }
-int mlz__pt_syscall(pid_t tid) { return req(PTRACE_SYSCALL, tid, 0, 0, "SYSCALL"); }
+int mlz__pt_syscall(pid_t tid, int sig) { return req(PTRACE_SYSCALL, tid, 0, (void *)(long)sig, "SYSCALL"); }
 int mlz__pt_detach(pid_t tid, int sig) { return req(PTRACE_DETACH, tid, 0, (void *)(long)sig, "DETACH"); }
 int mlz__pt_getregs(pid_t tid, struct user_regs_struct *r) { return req(PTRACE_GETREGS, tid, 0, r, "GETREGS"); }
 int mlz__pt_setregs(pid_t tid, const struct user_regs_struct *r)

@@ -118,8 +118,10 @@ static int run_until_stop(mlz_remote *r, int syscall_mode, int *st, int timeout_
 {
     uint64_t deadline = mlz__now_us() + (uint64_t)timeout_ms * 1000u;
     if (r->release_at_us && mlz__now_us() >= r->release_at_us) release_others(r);
+    int pass = 0;
     for (;;) {
-        int rc = syscall_mode ? mlz__pt_syscall(r->tid) : mlz__pt_cont(r->tid, 0);
+        int rc = syscall_mode ? mlz__pt_syscall(r->tid, pass) : mlz__pt_cont(r->tid, pass);
+        pass = 0;
         if (rc) return rc;
     again:;
         uint64_t now = mlz__now_us(), until = deadline;
@@ -140,10 +142,17 @@ static int run_until_stop(mlz_remote *r, int syscall_mode, int *st, int timeout_
             return MLZ_INJ_EGONE;
         }
         if (!WIFSTOPPED(*st)) goto again;
-        if ((*st >> 16) == PTRACE_EVENT_STOP) {
-            int s = WSTOPSIG(*st);
-            if (s == SIGSTOP || s == SIGTSTP || s == SIGTTIN || s == SIGTTOU) r->group_stop_seen = 1;
-            continue;                 /* resume: a traced thread may run through a group stop */
+        if ((*st >> 16) == PTRACE_EVENT_STOP)
+            continue;                 /* resume: a traced thread may run through a group stop, and joins it once let go */
+        if (WSTOPSIG(*st) == SIGSTOP) {
+            /* Our thread took a SIGSTOP itself (kill -STOP): it is
+             * delivered, so the process stops as it was told to, and the
+             * group stop that follows is run through like any other.
+             * Aborting the call there left the payload half-started for
+             * good. (SIGTSTP and the like may have handlers, which must
+             * not run inside our call: they still abort it.) */
+            pass = SIGSTOP;
+            continue;
         }
         return 0;
     }

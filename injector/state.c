@@ -162,15 +162,23 @@ int mlz__state_read(pid_t pid, mlz_state *s)
     dir_paths(pid, s);
     if (read_record(s, &ticks)) return MLZ_INJ_ESTATE;
     if (ticks && ticks != mlz_proc_start_ticks(pid)) {
-        /* Another process's, with the same pid: gone, so is its record. */
-        snprintf(s->spool_ours, sizeof s->spool_ours, "/proc/%d/root%s", (int)pid, s->spool);
-        mlz__state_remove(pid, s, 0);
+        /* An earlier process's, with the same pid: it exited while
+         * attached, and its spool is its recording (mlz__state_stale). */
         memset(s, 0, sizeof *s);
         dir_paths(pid, s);
         return MLZ_INJ_ESTATE;
     }
     snprintf(s->spool_ours, sizeof s->spool_ours, "/proc/%d/root%s", (int)pid, s->spool);
     return 0;
+}
+
+int mlz__state_stale(pid_t pid)
+{
+    mlz_state s;
+    unsigned long long ticks, now = mlz_proc_start_ticks(pid);
+    memset(&s, 0, sizeof s);
+    dir_paths(pid, &s);
+    return read_record(&s, &ticks) == 0 && ticks && now && ticks != now;
 }
 
 int mlz__state_read_exited(pid_t pid, mlz_state *s, uid_t *owner)

@@ -154,6 +154,20 @@ typedef struct live_globals {
     uint64_t rate, mono2real, session, slots_addr, mask, recs, frames;
 } live_globals;
 
+/* Whether memlyze-attach's record (state) names another process than the
+ * one now under pid: its start time differs (the pid was reused). */
+static int record_of_earlier(const char *state, pid_t pid)
+{
+    FILE *f = fopen(state, "r");
+    char line[4200];
+    unsigned long long ticks = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, "start_ticks=", 12)) ticks = strtoull(line + 12, NULL, 10);
+    if (f) fclose(f);
+    unsigned long long now = mlz_proc_start_ticks(pid);
+    return ticks && now && ticks != now;
+}
+
 /* Finds the payload in pid and copies its descriptor. 0, or the return
  * value of mlz_live_read with the reason in err. */
 static int find_payload(pid_t pid, pid_t via, struct memlyze_info *in, char *err, size_t errlen)
@@ -166,6 +180,10 @@ static int find_payload(pid_t pid, pid_t via, struct memlyze_info *in, char *err
          * exec drops it (a detached payload stays mapped, pass-through). */
         char state[128];
         snprintf(state, sizeof state, "/proc/%d/root/tmp/memlyze-%d/state", (int)via, (int)pid);
+        if (access(state, F_OK) == 0 && record_of_earlier(state, pid))
+            return errbuf_set(err, errlen, "memlyze is not loaded in process %d; the memlyze record for pid %d is of an "
+                        "earlier process that exited while attached (memlyze-detach %d writes its trace)",
+                        (int)pid, (int)pid, (int)pid) - 1;
         if (access(state, F_OK) == 0)
             return errbuf_set(err, errlen, "process %d has exec'd since memlyze-attach: the payload went with its old image "
                         "(memlyze-detach %d writes the trace recorded up to the exec)", (int)pid, (int)pid) - 1;

@@ -127,11 +127,21 @@ MLZ_EXPORT void *reallocarray(void *p, size_t n, size_t m) { return mlz_hook_rea
  * at once, not from the drain's next round) and around its unload; the
  * attached front does the same in its hooks. The name is resolved as the
  * caller would have (its RUNPATH, $ORIGIN): to glibc, we are the caller. */
+/* The next definition of name, by its glibc versions first: dlvsym, as
+ * an interposed dlsym may itself call dlopen (tests/targets/dlsym_alloc.c
+ * does), which would come back here before we know where to go. */
+static void *next_fn(const char *name)
+{
+    void *f = dlvsym(RTLD_NEXT, name, "GLIBC_2.34");
+    if (!f) f = dlvsym(RTLD_NEXT, name, "GLIBC_2.2.5");
+    return f ? f : dlsym(RTLD_NEXT, name);
+}
+
 MLZ_EXPORT void *dlopen(const char *file, int mode)
 {
     static void *(*_Atomic real)(const char *, int);
     void *(*f)(const char *, int) = atomic_load(&real);
-    if (!f) atomic_store(&real, f = (void *(*)(const char *, int))dlsym(RTLD_NEXT, "dlopen"));
+    if (!f) atomic_store(&real, f = (void *(*)(const char *, int))next_fn("dlopen"));
     if (!f) return NULL;
     char path[PATH_MAX];
     const char *use = file && mlz_got_dlopen_path(file, __builtin_return_address(0), path, sizeof path) == 1 ? path : file;
@@ -146,7 +156,7 @@ MLZ_EXPORT int dlclose(void *handle)
 {
     static int (*_Atomic real)(void *);
     int (*f)(void *) = atomic_load(&real);
-    if (!f) atomic_store(&real, f = (int (*)(void *))dlsym(RTLD_NEXT, "dlclose"));
+    if (!f) atomic_store(&real, f = (int (*)(void *))next_fn("dlclose"));
     if (!f) return -1;
     mlz__modules_refresh();
     int r = f(handle);
