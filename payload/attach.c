@@ -94,14 +94,7 @@ static void *hook_dlopen(const char *file, int mode)
 
 static int hook_dlclose(void *handle)
 {
-    if (atomic_load(&mlz__attached)) {
-        mlz__modules_refresh();
-        int r = mlz_got_dlclose(handle);
-        int saved = errno;
-        mlz__modules_refresh();
-        errno = saved;
-        return r;
-    }
+    if (atomic_load(&mlz__attached)) return mlz__dlclose_between(mlz_got_dlclose, handle);
     return ((int (*)(void *))hooks[H_DLCLOSE].real)(handle);
 }
 

@@ -557,14 +557,25 @@ static void write_modules(uint64_t now_us)
     modtab_gen = gen;
 }
 
-/* Before and after a dlclose (both fronts): the module map is taken while
- * the library is still there (so it is named even if no drain round saw
- * it), then again once it is gone, stamped before any allocation from a
- * library loaded at its addresses next. Takes the loader lock. */
+/* After a dlopen, and around a dlclose: see mlz__dlclose_between. */
 void mlz__modules_refresh(void)
 {
     /* No map yet (not started) or none any more (shut down): nothing to do. */
     if (mlz_modtab_generation() && mlz_modtab_changed()) mlz_modtab_refresh();
+}
+
+/* A dlclose (both fronts): the module map is taken while the library is
+ * still there (so it is named even if no drain round saw it), then again
+ * once it is gone, stamped before any allocation from a library loaded at
+ * its addresses next. Takes the loader lock. */
+int mlz__dlclose_between(int (*close)(void *), void *handle)
+{
+    mlz__modules_refresh();
+    int r = close(handle);
+    int saved = errno;
+    mlz__modules_refresh();
+    errno = saved;
+    return r;
 }
 
 /* The first ALLOC of a stack writes it: write_rec checks the bitmap, and

@@ -228,8 +228,10 @@ int  mlz__drain_start(void);         /* opens the spool (else -1), starts the th
 void mlz__drain_stop(void);          /* final drain, seals the spool */
 void mlz__drain_forget(void);        /* fork child: the thread is gone */
 void mlz__drain_release(void);       /* unmaps the rings (detach, quiescent) */
-/* Called before and after a dlclose (both fronts): see events.c. */
+/* The module map retaken after a dlopen, and around a dlclose (both
+ * fronts): see events.c. */
 void mlz__modules_refresh(void);
+int  mlz__dlclose_between(int (*close)(void *), void *handle);
 mlz_unwind_cache *mlz__unwind_cache(mlz_ring *r);   /* the ring's thread's, or NULL */
 /* Per-thread counters, kept in the thread's ring so no line shared by
  * threads is written per event. */

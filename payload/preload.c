@@ -158,10 +158,5 @@ MLZ_EXPORT int dlclose(void *handle)
     int (*f)(void *) = atomic_load(&real);
     if (!f) atomic_store(&real, f = (int (*)(void *))next_fn("dlclose"));
     if (!f) return -1;
-    mlz__modules_refresh();
-    int r = f(handle);
-    int saved = errno;
-    mlz__modules_refresh();
-    errno = saved;
-    return r;
+    return mlz__dlclose_between(f, handle);
 }
