@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # memlyze's commands against each other and against the target's forks:
 #  - a snapshot of a fork child of an attached process: the child's heap map
-#    copy describes the parent's heap (it was read as the child's);
+#    copy describes the parent's heap (it was read as the child's); attach
+#    of that child names its inherited slots (it said "already attached");
 #  - a snapshot while memlyze-detach frees the stack table (every sample
 #    came out with no frames, in a valid file);
 #  - memlyze watch across a detach and a new attach between two refreshes
@@ -26,6 +27,15 @@ child=${answer#child }
 out=$("$MEMLYZE" snapshot -q -o "$T/child.mlyze" "$child" 2>&1); rc=$?
 check "fork: a snapshot of the child is refused, one line (the profiler is its parent's)" \
     bash -c "[ $rc -eq 1 ] && [ \$(wc -l <<<\"\$0\") -eq 1 ] && grep -q 'not attached' <<<\"\$0\" && [ ! -e '$T/child.mlyze' ]" "$out"
+# It inherited the patched GOT slots and records nothing: attach says so
+# and what to do (it said "already attached"); after that, a fresh start.
+out=$("$ATTACH" -q -o "$T/c.mlyze" "$child" 2>&1); rc=$?
+check "fork: attach of the child refused, naming the inherited slots and the way out" \
+    bash -c "[ $rc -ne 0 ] && grep -q 'was forked by an attached process.*memlyze-detach $child puts them back' <<<\"\$0\"" "$out"
+check "fork: detach of the child puts its slots back" "$DETACH" -q --no-finalize "$child"
+check "fork: then the child attaches" "$ATTACH" -q -r 1 -o "$T/c.mlyze" "$child"
+check "fork: ... and detaches, its trace valid" bash -c "'$DETACH' -q '$child' && '$MEMLYZE' validate '$T/c.mlyze'"
+cleanup_state "$child"
 kill "$child"
 check "fork: the parent's snapshot still has its blocks" \
     "$MEMLYZE" snapshot -q -o "$T/parent.mlyze" "$pid"
