@@ -21,3 +21,18 @@ const mlz_got_family_fn mlz_got_family_fns[] = {
     { "mi_posix_memalign", "posix_memalign" }, { "mi_new", "malloc" },
     { NULL, NULL },
 };
+
+/* jemalloc, tcmalloc and mimalloc define these too: a program's new then
+ * never reaches malloc. libstdc++'s do, through malloc's GOT slot. */
+const mlz_got_family_fn mlz_got_cxx_fns[] = {
+    { "_Znwm", "new" }, { "_Znam", "new" }, { "_ZnwmRKSt9nothrow_t", "new" }, { "_ZnamRKSt9nothrow_t", "new" },
+    { "_ZnwmSt11align_val_t", "new" }, { "_ZnamSt11align_val_t", "new" },
+    { "_ZnwmSt11align_val_tRKSt9nothrow_t", "new" }, { "_ZnamSt11align_val_tRKSt9nothrow_t", "new" },
+    { "_ZdlPv", "delete" }, { "_ZdaPv", "delete" }, { "_ZdlPvm", "delete" }, { "_ZdaPvm", "delete" },
+    { "_ZdlPvRKSt9nothrow_t", "delete" }, { "_ZdaPvRKSt9nothrow_t", "delete" },
+    { "_ZdlPvSt11align_val_t", "delete" }, { "_ZdaPvSt11align_val_t", "delete" },
+    { "_ZdlPvmSt11align_val_t", "delete" }, { "_ZdaPvmSt11align_val_t", "delete" },
+    { "_ZdlPvSt11align_val_tRKSt9nothrow_t", "delete" }, { "_ZdaPvSt11align_val_tRKSt9nothrow_t", "delete" },
+    { "__cxa_begin_catch", "catch" },   /* the end of a bad_alloc thrown through a new hook */
+    { NULL, NULL },
+};

@@ -47,8 +47,8 @@ enum {
     MLZ_GOT_EIO = -7,          /* /proc/self/maps unreadable */
 };
 
-/* Most hooks the library keeps (12 are used by memlyze). */
-#define MLZ_GOT_MAX_HOOKS 32
+/* Most hooks the library keeps: memlyze uses 12 and up to 48 named ones. */
+#define MLZ_GOT_MAX_HOOKS 64
 
 /*
  * One function to reroute. `name` and `hook` are set by the caller; `real` is
@@ -266,6 +266,10 @@ MLZ_EXPORT int mlz_got_format_report(const mlz_got_blindspot_report *r, char *bu
  * "realloc", "memalign" or "posix_memalign"), ending with a NULL name. */
 typedef struct mlz_got_family_fn { const char *name, *kind; } mlz_got_family_fn;
 MLZ_EXPORT extern const mlz_got_family_fn mlz_got_family_fns[];
+/* C++'s operator new and delete (kinds "new" and "delete": the size or the
+ * pointer first, other arguments passed on), for an allocator that
+ * replaces them as well as malloc; last, __cxa_begin_catch (kind "catch"). */
+MLZ_EXPORT extern const mlz_got_family_fn mlz_got_cxx_fns[];
 
 /* ---- inline hooks: allocators the GOT never sees (inline_alloc.c) ------ */
 

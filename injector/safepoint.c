@@ -126,6 +126,45 @@ static int name_unsafe(const char *n)
     return 0;
 }
 
+/* Whether m is a replacement allocator: a module other than libc that
+ * defines malloc (jemalloc, tcmalloc, mimalloc, preloaded or linked). The
+ * injected calls allocate through it, and it is no more re-entrant than
+ * glibc's: a thread stopped inside it is not borrowed (mimalloc's free
+ * lists were corrupted so). Answered once per module (its userdata). */
+enum { ALLOC_NO = 1, ALLOC_MODULE, ALLOC_BY_NAME };
+static int allocator_module(Dwfl_Module *m)
+{
+    void **ud = NULL;
+    dwfl_module_info(m, &ud, NULL, NULL, NULL, NULL, NULL, NULL);
+    if (ud && *ud) return (int)(uintptr_t)*ud;
+    int n = dwfl_module_getsymtab(m), kind = ALLOC_NO;
+    for (int i = 1; i < n && kind == ALLOC_NO; i++) {
+        GElf_Sym sym;
+        GElf_Addr addr;
+        const char *nm = dwfl_module_getsym_info(m, i, &sym, &addr, NULL, NULL, NULL);
+        if (nm && sym.st_shndx != SHN_UNDEF && !strcmp(nm, "malloc") &&
+            (GELF_ST_TYPE(sym.st_info) == STT_FUNC || GELF_ST_TYPE(sym.st_info) == STT_GNU_IFUNC))
+            kind = ALLOC_MODULE;
+    }
+    /* An executable with an allocator linked in: only the allocator's
+     * functions count, by name (the rest of the program is not inside). */
+    GElf_Addr bias;
+    Elf *e = kind == ALLOC_MODULE ? dwfl_module_getelf(m, &bias) : NULL;
+    size_t nph = 0;
+    for (size_t i = 0; e && !elf_getphdrnum(e, &nph) && i < nph; i++) {
+        GElf_Phdr ph;
+        if (gelf_getphdr(e, (int)i, &ph) && ph.p_type == PT_INTERP) kind = ALLOC_BY_NAME;
+    }
+    if (ud) *ud = (void *)(uintptr_t)kind;
+    return kind;
+}
+
+static int allocator_name(const char *sym)
+{
+    return sym && (name_unsafe(sym) || !strncmp(sym, "je_", 3) || !strncmp(sym, "tc_", 3) || !strncmp(sym, "mi_", 3) ||
+                   !strncmp(sym, "_mi_", 4));
+}
+
 static int frame_cb(Dwfl_Frame *f, void *arg)
 {
     scan *s = arg;
@@ -157,6 +196,13 @@ static int frame_cb(Dwfl_Frame *f, void *arg)
         } else if (pc >= s->malloc_lo && pc < s->malloc_hi) {
             snprintf(s->why, sizeof s->why, "in libc's allocator (%s)", sym ? sym : "malloc.c internals");
             s->unsafe = s->in_alloc = 1;
+        }
+    } else if (mname) {
+        int a = allocator_module(m);
+        if (a == ALLOC_MODULE || (a == ALLOC_BY_NAME && allocator_name(sym))) {
+            const char *b = strrchr(mname, '/');
+            snprintf(s->why, sizeof s->why, "in its allocator (%s in %s)", sym ? sym : "?", b ? b + 1 : mname);
+            s->unsafe = 1;
         }
     }
     if (s->unsafe) return DWARF_CB_ABORT;

@@ -25,6 +25,7 @@
 #include "inline_sites.h"
 
 #include <dlfcn.h>
+#include <gnu/libc-version.h>
 #include <link.h>
 #include <pthread.h>
 #include <errno.h>
@@ -42,6 +43,7 @@ enum { H_MALLOC, H_FREE, H_CALLOC, H_REALLOC, H_POSIX_MEMALIGN, H_ALIGNED_ALLOC,
 
 /* The standard names, then the named allocators (hooks_named.c) as they
  * are found: a process keeps its named hooks from one attach to the next. */
+_Static_assert(NHOOKS + MLZ_NAMED_HOOKS <= MLZ_GOT_MAX_HOOKS, "gotpatch keeps every hook");
 static mlz_got_hook hooks[NHOOKS + MLZ_NAMED_HOOKS] = {
     { .name = "malloc", .hook = (void *)mlz_hook_malloc },
     { .name = "free", .hook = (void *)mlz_hook_free },
@@ -190,6 +192,18 @@ static void add_families(void)
         if (!a || !dladdr(a, &ai)) continue;
         if (have_m && ai.dli_fbase == mi.dli_fbase && a != dlsym(RTLD_DEFAULT, f->kind)) continue;
         add_named(f->name, strlen(f->name), mlz__kind_of(f->kind, strlen(f->kind)), 0, 0, MLZ_GOT_HOOK_ALLOC);
+    }
+    Dl_info li;   /* libc's own module, by a function only it defines */
+    if (!have_m || !dladdr((void *)gnu_get_libc_version, &li) || li.dli_fbase == mi.dli_fbase) return;
+    /* C++'s operators the allocator replaced, then (last in the table)
+     * __cxa_begin_catch, libstdc++'s, if any of them was. */
+    int cxx = 0;
+    for (const mlz_got_family_fn *f = mlz_got_cxx_fns; f->name; f++) {
+        int kind = mlz__kind_of(f->kind, strlen(f->kind));
+        void *a = dlsym(RTLD_DEFAULT, f->name);
+        Dl_info ai;
+        if (!a || !dladdr(a, &ai) || (kind == MLZ_KIND_CATCH ? !cxx : ai.dli_fbase != mi.dli_fbase)) continue;
+        cxx |= add_named(f->name, strlen(f->name), kind, 0, 0, MLZ_GOT_HOOK_ALLOC) == 0;
     }
 }
 

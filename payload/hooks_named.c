@@ -31,10 +31,15 @@ void mlz__named_bind(struct mlz_got_hook *first)
 
 int mlz__kind_of(const char *word, size_t len)
 {
-    static const char *const names[] = MEMLYZE_HOOK_KINDS;
+    /* --hook's kinds, then those only families.c names. */
+    static const char *const names[] = { "malloc", "free", "calloc", "realloc", "memalign", "aligned_alloc",
+                                         "posix_memalign", "new", "delete", "catch" };
     /* Their hooks, by the arguments: aligned_alloc takes memalign's. */
     static const int kinds[] = { MLZ_KIND_MALLOC, MLZ_KIND_FREE, MLZ_KIND_CALLOC, MLZ_KIND_REALLOC,
-                                 MLZ_KIND_MEMALIGN, MLZ_KIND_MEMALIGN, MLZ_KIND_POSIX_MEMALIGN };
+                                 MLZ_KIND_MEMALIGN, MLZ_KIND_MEMALIGN, MLZ_KIND_POSIX_MEMALIGN,
+                                 MLZ_KIND_NEW, MLZ_KIND_DELETE, MLZ_KIND_CATCH };
+    static const char *const user[] = MEMLYZE_HOOK_KINDS;
+    _Static_assert(sizeof user <= sizeof names, "--hook's kinds come first");
     _Static_assert(sizeof names / sizeof *names == sizeof kinds / sizeof *kinds, "a hook for every kind");
     for (size_t k = 0; k < sizeof names / sizeof *names; k++)
         if (strlen(names[k]) == len && !memcmp(word, names[k], len)) return kinds[k];
@@ -125,25 +130,83 @@ static void *named_realloc(int k, void *p, size_t n)
     return q;
 }
 
-/* Slot k's functions, one per kind, in enum mlz_alloc_kind order. */
-#define SLOT(k)                                                                                  \
-    static void *malloc_##k(size_t n) { return named_malloc(k, n); }                             \
-    static void free_##k(void *p) { named_free(k, p); }                                          \
-    static void *calloc_##k(size_t n, size_t m) { return named_calloc(k, n, m); }                \
-    static void *realloc_##k(void *p, size_t n) { return named_realloc(k, p, n); }               \
-    static void *memalign_##k(size_t a, size_t n) { return named_memalign(k, a, n); }            \
-    static int posix_memalign_##k(void **o, size_t a, size_t n) { return named_posix_memalign(k, o, a, n); }
-#define ROW(k) { (void *)malloc_##k, (void *)free_##k, (void *)calloc_##k, (void *)realloc_##k, \
-                 (void *)memalign_##k, (void *)posix_memalign_##k },
+/* C++'s operator new, when an allocator replaces it (jemalloc's calls its
+ * own aligned_alloc through the GOT: in_named keeps that from counting the
+ * block twice). new may throw (bad_alloc): the exception crosses this frame
+ * without running anything of ours (the payload has no unwinding
+ * personality: it would need libgcc_s), so in_named stays set until the
+ * exception is caught: mlz__cxx_catch, hooked on __cxa_begin_catch. */
+typedef void *(*new_fn)(size_t, uintptr_t, uintptr_t);
+typedef void (*delete_fn)(void *, uintptr_t, uintptr_t);
 
-SLOT(0) SLOT(1) SLOT(2) SLOT(3) SLOT(4) SLOT(5) SLOT(6) SLOT(7)
-SLOT(8) SLOT(9) SLOT(10) SLOT(11) SLOT(12) SLOT(13) SLOT(14) SLOT(15)
+void *mlz__cxx_new(void *real, size_t n, uintptr_t a, uintptr_t b)
+{
+    mlz_tls *t = &mlz__tls;
+    uintptr_t outer = t->named_frame;
+    if (!t->in_named) t->named_frame = (uintptr_t)__builtin_frame_address(0);
+    int s = mlz_sampler_should_sample(&t->s, n);
+    int64_t c = t->s.countdown;
+    t->in_named++;
+    void *r = ((new_fn)real)(n, a, b);
+    if (t->in_named) t->in_named--;   /* a catch on a signal's stack may have cleared it */
+    t->named_frame = outer;
+    t->s.countdown = c;
+    if (mlz_unlikely(s)) {
+        if (t->in_real) mlz__sample_pass(t);
+        else mlz__sample_slow(r, n, mlz__now_ns());
+    }
+    return r;
+}
+
+void mlz__cxx_delete(void *real, void *p, uintptr_t a, uintptr_t b)
+{
+    if (p && mlz_unlikely(mlz_bloom_maybe(&mlz__g.bloom, (uint64_t)p))) mlz__free_slow(p);
+    mlz__tls.in_named++;
+    ((delete_fn)real)(p, a, b);
+    mlz__tls.in_named--;
+}
+
+/* Every frame below the catching one's is gone: an operator new hook
+ * among them (its frame below our caller's stack pointer, our CFA) was
+ * left by the exception now caught. One caught inside the allocator (a
+ * nothrow new built on the throwing one) is below the hook: kept. */
+void *mlz__cxx_catch(void *real, void *exception)
+{
+    mlz_tls *t = &mlz__tls;
+    uintptr_t caller_sp = (uintptr_t)__builtin_frame_address(0) + 2 * sizeof(void *);
+    if (mlz_unlikely(t->named_frame) && t->named_frame < caller_sp) {
+        t->in_named = 0;
+        t->named_frame = 0;
+    }
+    return ((void *(*)(void *))real)(exception);
+}
+
+/* Slot k's functions, one per kind, in enum mlz_alloc_kind order. */
+/* Slot numbers are pasted digit pairs 10..17, 20..27, ... 60..67: IDX
+ * makes them 0..47. */
+#define IDX(k) ((k) / 10 * 8 + (k) % 10 - 8)
+#define SLOT(k)                                                                                  \
+    static void *malloc_##k(size_t n) { return named_malloc(IDX(k), n); }                             \
+    static void free_##k(void *p) { named_free(IDX(k), p); }                                          \
+    static void *calloc_##k(size_t n, size_t m) { return named_calloc(IDX(k), n, m); }                \
+    static void *realloc_##k(void *p, size_t n) { return named_realloc(IDX(k), p, n); }               \
+    static void *memalign_##k(size_t a, size_t n) { return named_memalign(IDX(k), a, n); }            \
+    static int posix_memalign_##k(void **o, size_t a, size_t n) { return named_posix_memalign(IDX(k), o, a, n); } \
+    static void *new_##k(size_t n, uintptr_t a, uintptr_t b) { return mlz__cxx_new(named[IDX(k)].real, n, a, b); } \
+    static void delete_##k(void *p, uintptr_t a, uintptr_t b) { mlz__cxx_delete(named[IDX(k)].real, p, a, b); } \
+    static void *catch_##k(void *e) { return mlz__cxx_catch(named[IDX(k)].real, e); }
+#define ROW(k) { (void *)malloc_##k, (void *)free_##k, (void *)calloc_##k, (void *)realloc_##k, \
+                 (void *)memalign_##k, (void *)posix_memalign_##k, (void *)new_##k, (void *)delete_##k, \
+                 (void *)catch_##k },
+#define SLOT8(k) SLOT(k##0) SLOT(k##1) SLOT(k##2) SLOT(k##3) SLOT(k##4) SLOT(k##5) SLOT(k##6) SLOT(k##7)
+#define ROW8(k) ROW(k##0) ROW(k##1) ROW(k##2) ROW(k##3) ROW(k##4) ROW(k##5) ROW(k##6) ROW(k##7)
+
+SLOT8(1) SLOT8(2) SLOT8(3) SLOT8(4) SLOT8(5) SLOT8(6)
 
 static void *const slot_fns[MLZ_NAMED_HOOKS][MLZ_NKINDS] = {
-    ROW(0) ROW(1) ROW(2) ROW(3) ROW(4) ROW(5) ROW(6) ROW(7)
-    ROW(8) ROW(9) ROW(10) ROW(11) ROW(12) ROW(13) ROW(14) ROW(15)
+    ROW8(1) ROW8(2) ROW8(3) ROW8(4) ROW8(5) ROW8(6)
 };
-_Static_assert(MLZ_NAMED_HOOKS == 16 && MLZ_NAMED_HOOKS == MEMLYZE_NAMED_HOOKS_MAX, "one SLOT and ROW per named hook");
+_Static_assert(MLZ_NAMED_HOOKS == 48 && MLZ_NAMED_HOOKS >= MEMLYZE_NAMED_HOOKS_MAX, "one SLOT and ROW per named hook");
 
 void *mlz__named_hook(int slot, int kind)
 {

@@ -53,6 +53,9 @@ typedef struct mlz_tls {
     uint32_t in_named;        /* inside a named allocator (hooks_named.c): its own
                                * allocations from the allocator below are not samples */
     uint32_t in_real;         /* inside the real call of a sample path (hooks.c) */
+    uintptr_t named_frame;    /* the frame of the operator new hook that set in_named:
+                               * an exception thrown through it leaves in_named set
+                               * until it is caught (hooks_named.c: mlz__cxx_catch) */
 } mlz_tls;
 
 extern __thread mlz_tls mlz__tls __attribute__((tls_model("initial-exec")));
@@ -195,12 +198,20 @@ static inline __attribute__((always_inline)) void mlz__free_hot(void *p)
  * next to glibc's malloc, --hook SYMBOL=KIND), each forwarding to its own
  * original: slot k calls first[k].real of the table given to bind. */
 enum mlz_alloc_kind { MLZ_KIND_MALLOC, MLZ_KIND_FREE, MLZ_KIND_CALLOC, MLZ_KIND_REALLOC, MLZ_KIND_MEMALIGN,
-                      MLZ_KIND_POSIX_MEMALIGN, MLZ_NKINDS };
-#define MLZ_NAMED_HOOKS 16   /* MEMLYZE_NAMED_HOOKS_MAX */
+                      MLZ_KIND_POSIX_MEMALIGN, MLZ_KIND_NEW, MLZ_KIND_DELETE, MLZ_KIND_CATCH, MLZ_NKINDS };
+/* Slots: up to MEMLYZE_NAMED_HOOKS_MAX --hook symbols, the prefixed
+ * families and C++'s operators of a replacement allocator (families.c). */
+#define MLZ_NAMED_HOOKS 48
 struct mlz_got_hook;
-int   mlz__kind_of(const char *word, size_t len);   /* "malloc", "aligned_alloc"... -> kind, or -1 */
+int   mlz__kind_of(const char *word, size_t len);   /* "malloc", "aligned_alloc", "new"... -> kind, or -1 */
 void *mlz__named_hook(int slot, int kind);
 void  mlz__named_bind(struct mlz_got_hook *first);
+/* C++'s operator new and delete of an allocator that replaces them
+ * (kinds "new", "delete"): whatever arguments follow the size or the
+ * pointer (alignment, nothrow tag, size) are passed on as they came. */
+void *mlz__cxx_new(void *real, size_t n, uintptr_t a, uintptr_t b);
+void  mlz__cxx_delete(void *real, void *p, uintptr_t a, uintptr_t b);
+void *mlz__cxx_catch(void *real, void *exception);   /* __cxa_begin_catch (kind "catch") */
 
 /* attach.c: the injector's entry points (exported) */
 int memlyze_attach(const char *config);

@@ -246,40 +246,111 @@ static int prog_path(const char *prog, char *path, size_t cap)
     return -1;
 }
 
-/* Why the executable needs GOT mode, or NULL: it defines malloc itself
- * (direct calls no interposer sees), or it calls another allocator's
- * prefixed entry points (mi_malloc...), which only GOT mode hooks. */
-static const char *exe_needs_got(const char *prog, char *why, size_t cap)
+/* What an ELF file's .dynsym says: bit 0 it defines malloc, bit 1 it
+ * calls a prefixed family's entry point (mi_malloc...). Its DT_NEEDED
+ * names and run paths, if asked, into needed/runpath (NUL-separated). */
+enum { DEFINES_MALLOC = 1, CALLS_FAMILY = 2 };
+static int elf_allocs(const char *path, char *family, size_t fcap, char *needed, size_t ncap, char *runpath,
+                      size_t rcap)
 {
-    char path[PATH_MAX];
-    if (prog_path(prog, path, sizeof path)) return NULL;
     int fd = open(path, O_RDONLY | O_CLOEXEC), found = 0;
-    if (fd < 0 || elf_version(EV_CURRENT) == EV_NONE) { if (fd >= 0) close(fd); return NULL; }
+    if (fd < 0 || elf_version(EV_CURRENT) == EV_NONE) { if (fd >= 0) close(fd); return 0; }
     Elf *e = elf_begin(fd, ELF_C_READ, NULL);
     Elf_Scn *scn = NULL;
-    while (e && !found && (scn = elf_nextscn(e, scn))) {
+    size_t nl = 0;
+    while (e && (scn = elf_nextscn(e, scn))) {
         GElf_Shdr sh;
-        if (!gelf_getshdr(scn, &sh) || sh.sh_type != SHT_DYNSYM || !sh.sh_entsize) continue;
+        if (!gelf_getshdr(scn, &sh) || !sh.sh_entsize) continue;
         Elf_Data *d = elf_getdata(scn, NULL);
-        for (size_t i = 0; d && i < sh.sh_size / sh.sh_entsize && !found; i++) {
+        for (size_t i = 0; d && sh.sh_type == SHT_DYNAMIC && needed && i < sh.sh_size / sh.sh_entsize; i++) {
+            GElf_Dyn dyn;
+            if (!gelf_getdyn(d, (int)i, &dyn)) continue;
+            const char *v = dyn.d_tag == DT_NEEDED || dyn.d_tag == DT_RUNPATH || dyn.d_tag == DT_RPATH
+                            ? elf_strptr(e, sh.sh_link, dyn.d_un.d_val) : NULL;
+            char *to = dyn.d_tag == DT_NEEDED ? needed : runpath;
+            size_t cap = dyn.d_tag == DT_NEEDED ? ncap : rcap, at = strlen(to);
+            if (v && dyn.d_tag == DT_NEEDED) { at = nl; nl += strlen(v) + 1; }
+            if (v && at + strlen(v) + 2 < cap) snprintf(to + at, cap - at, dyn.d_tag == DT_NEEDED ? "%s" : "%s:", v);
+        }
+        for (size_t i = 0; d && sh.sh_type == SHT_DYNSYM && i < sh.sh_size / sh.sh_entsize; i++) {
             GElf_Sym sym;
             if (!gelf_getsym(d, (int)i, &sym)) continue;
             const char *name = elf_strptr(e, sh.sh_link, sym.st_name);
             if (!name) continue;
-            if (sym.st_shndx != SHN_UNDEF && GELF_ST_TYPE(sym.st_info) == STT_FUNC && !strcmp(name, "malloc")) {
-                snprintf(why, cap, "defines malloc itself");
-                found = 1;
-            }
-            for (const mlz_got_family_fn *f = mlz_got_family_fns; f->name && !found; f++)
+            if (sym.st_shndx != SHN_UNDEF && GELF_ST_TYPE(sym.st_info) == STT_FUNC && !strcmp(name, "malloc"))
+                found |= DEFINES_MALLOC;
+            for (const mlz_got_family_fn *f = mlz_got_family_fns; family && f->name && !(found & CALLS_FAMILY); f++)
                 if (!strcmp(name, f->name)) {
-                    snprintf(why, cap, "calls %s, another allocator's entry point", name);
-                    found = 1;
+                    snprintf(family, fcap, "%s", name);
+                    found |= CALLS_FAMILY;
                 }
         }
     }
+    if (needed && nl < ncap) needed[nl] = 0;
     if (e) elf_end(e);
     close(fd);
-    return found ? why : NULL;
+    return found;
+}
+
+/* A library name as the loader would find it: in the run paths ($ORIGIN
+ * the executable's directory), LD_LIBRARY_PATH, then the usual places
+ * (not ld.so.cache: an allocator there is in one of them). */
+static int find_lib(const char *name, const char *runpath, const char *exe, char *out, size_t cap)
+{
+    if (strchr(name, '/')) return snprintf(out, cap, "%s", name), access(out, R_OK);
+    char origin[PATH_MAX], dirs[3 * PATH_MAX];
+    snprintf(origin, sizeof origin, "%s", exe);
+    char *slash = strrchr(origin, '/');
+    if (slash) *slash = 0;
+    else snprintf(origin, sizeof origin, ".");
+    const char *llp = getenv("LD_LIBRARY_PATH");
+    snprintf(dirs, sizeof dirs, "%s%s:/lib/x86_64-linux-gnu:/usr/lib/x86_64-linux-gnu:/lib64:/usr/lib64:/lib:/usr/lib:"
+             "/usr/local/lib", runpath ? runpath : "", llp ? llp : "");
+    for (const char *p = dirs; *p;) {
+        const char *e = strchr(p, ':');
+        size_t n = e ? (size_t)(e - p) : strlen(p);
+        int k = n >= 7 && !strncmp(p, "$ORIGIN", 7) ? snprintf(out, cap, "%s%.*s/%s", origin, (int)(n - 7), p + 7, name)
+                                                    : snprintf(out, cap, "%.*s/%s", (int)n, p, name);
+        if (n && k > 0 && (size_t)k < cap && access(out, R_OK) == 0) return 0;
+        if (!e) break;
+        p = e + 1;
+    }
+    return -1;
+}
+
+/* Why the program needs GOT mode, or NULL: the executable defines malloc
+ * itself (direct calls no interposer sees), or calls another allocator's
+ * prefixed entry points (mi_malloc...), or a library it is started with
+ * (LD_PRELOAD, or one it names) replaces malloc: those replace C++'s
+ * operator new and delete as well, whose calls never reach malloc, and
+ * only GOT mode hooks them. */
+static const char *exe_needs_got(const char *prog, char *why, size_t cap)
+{
+    char path[PATH_MAX], family[128], needed[8192] = "", runpath[4096] = "", lib[PATH_MAX];
+    if (prog_path(prog, path, sizeof path)) return NULL;
+    int f = elf_allocs(path, family, sizeof family, needed, sizeof needed, runpath, sizeof runpath);
+    if (f & DEFINES_MALLOC) return snprintf(why, cap, "defines malloc itself"), why;
+    if (f & CALLS_FAMILY) return snprintf(why, cap, "calls %.64s, another allocator's entry point", family), why;
+    /* LD_PRELOAD's entries (separated by ':' or spaces), then DT_NEEDED's */
+    const char *pre = getenv("LD_PRELOAD");
+    char list[8192 + 4096];
+    size_t n = 0;
+    for (const char *p = pre ? pre : ""; *p && n + 1 < sizeof list; p++) list[n++] = *p == ':' || *p == ' ' ? 0 : *p;
+    list[n++] = 0;
+    for (size_t i = 0; needed[i] && n + 1 < sizeof list; i += strlen(needed + i) + 1) {
+        size_t l = strlen(needed + i);
+        if (n + l + 1 >= sizeof list) break;
+        memcpy(list + n, needed + i, l + 1);
+        n += l + 1;
+    }
+    for (size_t i = 0; i < n; i += strlen(list + i) + 1) {
+        if (!list[i] || mlz_proc_is_libc(list + i) || find_lib(list + i, runpath, path, lib, sizeof lib)) continue;
+        if (elf_allocs(lib, NULL, 0, NULL, 0, NULL, 0) & DEFINES_MALLOC) {
+            const char *b = strrchr(lib, '/');
+            return snprintf(why, cap, "takes malloc and C++'s new from %.64s", b ? b + 1 : lib), why;
+        }
+    }
+    return NULL;
 }
 
 #define MAX_HOOKS MEMLYZE_NAMED_HOOKS_MAX
