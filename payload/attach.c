@@ -354,6 +354,7 @@ static int wait_quiescent(void)
 {
     for (int i = 0; i < 20000; i++) {
         if (mlz__quiescent()) return 0;
+        mlz__drain_assist();
         struct timespec ts = { 0, 100000 };
         nanosleep(&ts, NULL);
     }

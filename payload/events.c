@@ -977,6 +977,17 @@ static void write_counters(uint64_t t_us)
     if (mlz_jw_ok(&w) == 0) mlz_writer_ext(&spool, MLZ_EV_COUNTERS, t_us, buf, w.len);
 }
 
+/* A detach often runs on the drain thread itself (the injector borrows it
+ * idle: events.c's loop is not mid-round) and waits there for the threads
+ * still in a sample path, one of which may wait for room in its ring:
+ * nobody else would empty it, and that thread would stall for a second
+ * and lose its event. */
+void mlz__drain_assist(void)
+{
+    if (spool_open && atomic_load(&drain_running) && pthread_equal(pthread_self(), drain_thread))
+        drain_round(mlz__now_ns());
+}
+
 void mlz__drain_stop(void)
 {
     if (atomic_exchange(&drain_running, 0)) {

@@ -237,6 +237,7 @@ int  mlz__push(mlz_ring *r, enum mlz_rec_kind kind, uint64_t ts_ns, uint64_t add
                uint32_t stack_id);
 int  mlz__drain_start(void);         /* opens the spool (else -1), starts the thread (else -2) */
 void mlz__drain_stop(void);          /* final drain, seals the spool */
+void mlz__drain_assist(void);        /* on the drain thread: a round now (a detach waiting) */
 void mlz__drain_forget(void);        /* fork child: the thread is gone */
 void mlz__drain_release(void);       /* unmaps the rings (detach, quiescent) */
 /* The module map retaken after a dlopen, and around a dlclose (both
