@@ -12,11 +12,13 @@
 #include <signal.h>
 #include <stdatomic.h>
 #include <stddef.h>
+#include <string.h>
 #include <unistd.h>
 
 #define GUARD_SLOTS 8   /* a tool has at most a file and its index open at once */
 
 static _Atomic(const char *) slots[GUARD_SLOTS];
+static _Atomic(const char *) last_words;
 static atomic_int installed;
 
 static void on_fatal_signal(int sig)
@@ -26,6 +28,8 @@ static void on_fatal_signal(int sig)
         const char *p = atomic_load(&slots[i]);
         if (p) unlink(p);
     }
+    const char *w = atomic_load(&last_words);
+    if (w && write(2, w, strlen(w))) {}
     signal(sig, SIG_DFL);
     raise(sig);     /* blocked while we run: delivered, fatally, on return */
     errno = saved;
@@ -65,4 +69,9 @@ void mlz_tmp_guard_drop(const char *path)
         const char *expected = path;
         if (atomic_compare_exchange_strong(&slots[i], &expected, NULL)) return;
     }
+}
+
+void mlz_tmp_guard_note(const char *line)
+{
+    atomic_store(&last_words, line);
 }

@@ -14,5 +14,8 @@
 void mlz_tmp_guard_signals(void);
 void mlz_tmp_guard_add(const char *path);    /* PATH must stay valid until dropped */
 void mlz_tmp_guard_drop(const char *path);
+/* A line (with its newline; it must stay valid) written to stderr when a
+ * signal ends the tool: what was kept and where. NULL: none. */
+void mlz_tmp_guard_note(const char *line);
 
 #endif

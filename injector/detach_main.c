@@ -48,7 +48,7 @@ static int keep_spool_left(pid_t pid, mlz_state *st, const char *output, int fin
     if (mlz__state_spool_left(pid, st, left, sizeof left) == 0) {
         snprintf(result, cap, "%s", left);
         if (finalize && access(st->output, F_OK) == 0) {
-            mlz__err("%s exists: not replacing it (use -o)", st->output);
+            mlz__err("%s exists: not replacing it (choose another -o)", st->output);
             return MLZ_INJ_EREFUSE;
         }
         if (finalize) {
@@ -170,7 +170,7 @@ int main(int argc, char **argv)
     have_state = mlz__state_read(pid, &st) == 0;
     if (output && (rc = mlz__abspath(output, st.output, sizeof st.output))) goto fail;
     if (finalize && have_state && access(st.output, F_OK) == 0) {
-        mlz__err("%s exists: not replacing it (use -o)", st.output);
+        mlz__err("%s exists: not replacing it (choose another -o)", st.output);
         rc = MLZ_INJ_EREFUSE;
         goto fail;
     }

@@ -334,7 +334,13 @@ static int copy_map(pid_t pid, const struct memlyze_info *in, const live_globals
                     char *err, size_t errlen)
 {
     map_scan s = { .pid = pid, .in = in, .g = g };
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
     scan_map(&s);
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    uint64_t t0 = (uint64_t)a.tv_sec * 1000000000u + (uint64_t)a.tv_nsec;
+    h->read_us = ((uint64_t)b.tv_sec * 1000000000u + (uint64_t)b.tv_nsec - t0) / 1000;
+    for (size_t i = 0; i < s.n; i++) h->born_while_read += s.live[i].time_ns > t0;
     h->st.retried += s.st.retried;
     h->st.skipped += s.st.skipped;
     int rc = s.rc;
@@ -591,6 +597,8 @@ int mlz_live_meta(mlz_live_heap *h, mlz_raw_stack *stacks, size_t nstacks, char 
     json_t *ctr = json_object();
     json_object_set_new(ctr, "map_capacity", json_integer((json_int_t)h->map_capacity));
     json_object_set_new(ctr, "map_full_drops", json_integer((json_int_t)h->map_full_drops));
+    json_object_set_new(ctr, "read_us", json_integer((json_int_t)h->read_us));
+    json_object_set_new(ctr, "born_while_read", json_integer((json_int_t)h->born_while_read));
     json_object_set_new(root, "counters", ctr);
     if (h->extra) json_object_update(root, (json_t *)h->extra);
     char at[32];

@@ -37,6 +37,10 @@ typedef struct mlz_live_heap {
     uint64_t session;         /* the sampling session (memlyze_info v2): pairs snapshots in diff */
     uint64_t map_capacity;    /* the payload's heap map: slots */
     uint64_t map_full_drops;  /* samples it had no slot for (missing here if live) */
+    /* The map is read while the program runs: how long that took, and how
+     * many of the samples read were born meanwhile (as many freed meanwhile
+     * may have been read before they were: the reports say so). */
+    uint64_t read_us, born_while_read;
     mlz_live_obj *obj;        /* in birth order */
     size_t nobj;
     mlz_raw_stack *stacks;    /* each stack the objects name, once; ids are the payload's */

@@ -6,7 +6,10 @@
 #include "loss.h"
 #include "finalize.h"
 
+#include <errno.h>
 #include <getopt.h>
+#include <string.h>
+#include <unistd.h>
 
 static int run(int argc, char **argv)
 {
@@ -32,12 +35,15 @@ static int run(int argc, char **argv)
     }
     if (argc - optind < 1) return cli_usage_error(&cmd_finalize, "need a SPOOL");
     if (!out) return cli_usage_error(&cmd_finalize, "missing -o FILE");
+    /* Said now, not after minutes of symbolizing (the write checks again). */
+    if (!force && access(out, F_OK) == 0)
+        return cli_error("finalize", "%s: %s (-f replaces it)", out, strerror(EEXIST));
     char err[512];
     if (compress) encoding = MLZ_ENC_LZ4;
     if (mlz_finalize_segments((const char *const *)argv + optind, (size_t)(argc - optind), out, "trace",
                               encoding, force, pid, NULL, err, sizeof err))
         return cli_error("finalize", "%s", err);
-    char loss[256];
+    char loss[640];
     if (mlz_loss_of_file(out, loss, sizeof loss)) fprintf(stderr, "memlyze: %s: %s\n", out, loss);
     return 0;
 }

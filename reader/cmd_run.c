@@ -9,6 +9,7 @@
 #include "gotpatch.h"
 #include "info.h"
 #include "size_text.h"
+#include "tmp_guard.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -162,7 +163,7 @@ static int write_one(seg_file *segs, size_t n, const char *target, int encoding,
     if (sum.images > 1) fprintf(stderr, ", %zu exec%s followed", sum.images - 1, sum.images > 2 ? "s" : "");
     if (sum.unprofiled_exec) fprintf(stderr, ", then exec'd an image it cannot profile");
     fputc('\n', stderr);
-    char loss[256];
+    char loss[640];
     if (mlz_loss_of_file(target, loss, sizeof loss)) fprintf(stderr, "memlyze run: %s: %s\n", target, loss);
     return 0;
 }
@@ -530,6 +531,9 @@ static int run(int argc, char **argv)
         _exit(127);
     }
     /* The program gets the terminal's signals; we wait for it. */
+    static const int sigs[] = { SIGINT, SIGQUIT, SIGTERM, SIGHUP };
+    struct sigaction was[4];
+    for (int i = 0; i < 4; i++) sigaction(sigs[i], NULL, &was[i]);
     signal(SIGINT, SIG_IGN);
     signal(SIGQUIT, SIG_IGN);
     child_pid = pid;
@@ -545,7 +549,16 @@ static int run(int argc, char **argv)
 
     char def[64];
     if (!out) { snprintf(def, sizeof def, "memlyze.%d.mlyze", (int)pid); out = def; }
+    /* The program has ended: a signal now ends us (symbolizing a big trace
+     * takes a while), leaving no half-written trace, and the recording in
+     * dir for memlyze finalize. */
+    static char kept[2 * PATH_MAX + 160];
+    snprintf(kept, sizeof kept, "memlyze run: interrupted before %s was written; the recording is kept in %s "
+             "(memlyze finalize -o %s %s/spool*)\n", out, dir, out, dir);
+    mlz_tmp_guard_note(kept);
+    for (int i = 0; i < 4; i++) sigaction(sigs[i], &was[i], NULL);
     int rc = write_traces(dir, out, encoding, coverage);
+    mlz_tmp_guard_note(NULL);
     rmdir(dir);
     if (rc == 0)
         cli_error("run", "the program wrote no profile (statically linked, set-user-ID, or it could not load "

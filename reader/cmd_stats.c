@@ -69,7 +69,7 @@ static int run(int argc, char **argv)
         printf("profiler counters:\n");
         json_object_foreach(ctr, k, v) printf("  %-26s %lld\n", k, (long long)json_integer_value(v));
     }
-    char loss[256];
+    char loss[640];
     if (mlz_loss_describe(ctr, p.rate, loss, sizeof loss)) printf("warning:         %s\n", loss);
     if (p.unmatched_frees) printf("unmatched frees: %llu (of allocations not recorded)\n", (unsigned long long)p.unmatched_frees);
     cli_unload(r, &p);

@@ -167,7 +167,7 @@ static void print_header(const top_args *a, const prof *p, const top_rank *t)
     if (p->rate > 1) printf(" \xc2\xb1 %s", cli_bytes(est_ci95(&p->live_bytes), b3, sizeof b3));
     printf(" in ~%.0f objects; sampling %s; %llu samples, %llu live\n", p->live_count.value, rate,
            (unsigned long long)t->total_samples, (unsigned long long)p->live_samples);
-    char loss[256];
+    char loss[640];
     if (mlz_loss_describe(json_object_get(p->meta->root, "counters"), p->rate, loss, sizeof loss))
         printf("warning: %s\n", loss);
     if (p->rate > 1 && p->live_samples < 100 && g_by == &orders[0])

@@ -508,10 +508,12 @@ static int exited(pid_t pid)
     return !st || st[1] != ' ' || st[2] == 'Z' || st[2] == 'X';
 }
 
+/* On stderr: with --json, stdout holds JSON objects only. */
 static int gone_message(watch *w, const char *err)
 {
-    if (exited(w->pid)) printf("memlyze watch: process %d exited\n", (int)w->pid);
-    else printf("memlyze watch: %s; stopped watching\n", err);
+    fflush(stdout);
+    if (exited(w->pid)) fprintf(stderr, "memlyze watch: process %d exited\n", (int)w->pid);
+    else fprintf(stderr, "memlyze watch: %s; stopped watching\n", err);
     return 0;
 }
 

@@ -136,8 +136,12 @@ int replay_plan_build(const char *path, int weighted, replay_plan *plan, char *e
     if (!r) return errbuf_set(err, errlen, "%s", e.msg);
     const mlz_meta *m = mlz_reader_meta(r);
     plan->rate = m->rate ? m->rate : 1;
-    if (m->kind && strcmp(m->kind, "trace"))
-        return mlz_reader_close(r), errbuf_set(err, errlen, "a %s, not a trace: only a trace has the stream to replay", m->kind);
+    if (m->kind && strcmp(m->kind, "trace")) {
+        /* m is the reader's: said before it is closed */
+        errbuf_set(err, errlen, "a %s, not a trace: only a trace has the stream to replay", m->kind);
+        mlz_reader_close(r);
+        return -1;
+    }
     if (plan->rate > 1 && !weighted)
         return mlz_reader_close(r),
                errbuf_set(err, errlen, "a sampled trace (rate %llu) holds one allocation in many: its replay would not be "

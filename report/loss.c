@@ -32,12 +32,20 @@ int mlz_loss_describe(const json_t *counters, uint64_t rate, char *buf, size_t l
         snprintf(raised, sizeof raised, "%ssampling rate raised %llux, to %llu bytes, to keep up with the program "
                  "(estimates stay unbiased, their intervals wider)", given_up || frees || *disk ? "; " : "",
                  1ull << (shift < 63 ? shift : 63), (unsigned long long)rate << (shift < 63 ? shift : 63));
-    if (!given_up && !frees && !*disk && !shift) return 0;
+    /* A snapshot read while the program ran: not one instant. */
+    char moving[200] = "";
+    unsigned long long born = counter(counters, "born_while_read");
+    if (born)
+        snprintf(moving, sizeof moving, "%sthe heap was read while the program ran (%.1f ms): %llu of these objects "
+                 "were born meanwhile, and as many freed meanwhile may be counted too",
+                 given_up || frees || *disk || shift ? "; " : "", counter(counters, "read_us") / 1000.0, born);
+    if (!given_up && !frees && !*disk && !shift && !born) return 0;
     if (!given_up && !frees)
-        snprintf(buf, len, "%s%s%s", *disk ? "recording incomplete" : "", disk, raised);
+        snprintf(buf, len, "%s%s%s%s", *disk ? "recording incomplete" : "", disk, raised, moving);
     else
         snprintf(buf, len, "events lost while recording: %llu samples given up (estimates are low), "
-                 "%llu frees not recorded (as many objects may show as live)%s%s", given_up, frees, disk, raised);
+                 "%llu frees not recorded (as many objects may show as live)%s%s%s", given_up, frees, disk, raised,
+                 moving);
     return 1;
 }
 

@@ -37,6 +37,13 @@ struct symbolizer {
     char **strings;           /* every string we return, freed at the end */
     size_t nstrings, scap;
     char root[64];            /* the target's view of the file system, or "" */
+    /* Every pc resolved so far: a trace's stacks share most of their frames
+     * (a recursive program's 44k stacks had 60 distinct pcs), and resolving
+     * one costs a DWARF scope walk. Open addressing, pc 0 never stored. */
+    struct pc_seen { uint64_t pc, rel; uint32_t first, n; int module; } *seen;
+    size_t seen_cap, seen_used;
+    sym_frame *pool;          /* the frames of seen[], back to back */
+    size_t npool, pool_cap;
 };
 
 static const Dwfl_Callbacks offline_callbacks = {
@@ -156,7 +163,60 @@ static const char *die_name(symbolizer *s, Dwarf_Die *die)
     return demangle(s, n);
 }
 
+static int resolve(symbolizer *s, uint64_t pc, sym_frame *out, int max, int *module, uint64_t *rel);
+
+static size_t seen_slot(const symbolizer *s, uint64_t pc)
+{
+    size_t i = (size_t)((pc * 0x9E3779B97F4A7C15ull) >> 20) & (s->seen_cap - 1);
+    while (s->seen[i].pc && s->seen[i].pc != pc) i = (i + 1) & (s->seen_cap - 1);
+    return i;
+}
+
+/* Keeps pc's answer; on failure (memory) it is simply not kept. */
+static void remember(symbolizer *s, uint64_t pc, const sym_frame *fr, int n, int module, uint64_t rel)
+{
+    if (2 * (s->seen_used + 1) > s->seen_cap) {
+        size_t cap = s->seen_cap ? 2 * s->seen_cap : 1024;
+        struct pc_seen *old = s->seen, *nw = calloc(cap, sizeof *nw);
+        if (!nw) return;
+        size_t ocap = s->seen_cap;
+        s->seen = nw;
+        s->seen_cap = cap;
+        for (size_t i = 0; i < ocap; i++)
+            if (old[i].pc) s->seen[seen_slot(s, old[i].pc)] = old[i];
+        free(old);
+    }
+    if (s->npool + (size_t)n > s->pool_cap) {
+        size_t cap = s->pool_cap ? 2 * s->pool_cap : 4096;
+        while (cap < s->npool + (size_t)n) cap *= 2;
+        sym_frame *np = realloc(s->pool, cap * sizeof *np);
+        if (!np) return;
+        s->pool = np;
+        s->pool_cap = cap;
+    }
+    memcpy(s->pool + s->npool, fr, (size_t)n * sizeof *fr);
+    s->seen[seen_slot(s, pc)] = (struct pc_seen){ pc, rel, (uint32_t)s->npool, (uint32_t)n, module };
+    s->npool += (size_t)n;
+    s->seen_used++;
+}
+
 int sym_resolve(symbolizer *s, uint64_t pc, sym_frame *out, int max, int *module, uint64_t *rel)
+{
+    if (pc && s->seen_cap) {
+        const struct pc_seen *e = &s->seen[seen_slot(s, pc)];
+        if (e->pc == pc && (int)e->n <= max) {
+            memcpy(out, s->pool + e->first, e->n * sizeof *out);
+            *module = e->module;
+            *rel = e->rel;
+            return (int)e->n;
+        }
+    }
+    int n = resolve(s, pc, out, max, module, rel);
+    if (pc && n > 0) remember(s, pc, out, n, *module, *rel);
+    return n;
+}
+
+static int resolve(symbolizer *s, uint64_t pc, sym_frame *out, int max, int *module, uint64_t *rel)
 {
     size_t mi;
     const sym_module *m = find_module(s, pc, &mi);
@@ -241,6 +301,8 @@ void sym_warm(symbolizer *s, uint64_t pc)
 void sym_free(symbolizer *s)
 {
     if (!s) return;
+    free(s->seen);
+    free(s->pool);
     dwfl_end(s->dwfl);
     for (size_t i = 0; i < s->nmods; i++) free(s->mods[i].path);
     free(s->mods);

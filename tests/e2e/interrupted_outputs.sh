@@ -34,6 +34,24 @@ interrupted "export (a report), SIGTERM at the rename: nothing left" 15 143 \
 interrupted "timeline -o, SIGHUP at the rename: nothing left" 1 129 \
     "$MEMLYZE" timeline -o out.txt in.mlyze
 
+# memlyze run, the program over, ended by SIGTERM while it writes the
+# trace (it was deaf to signals then: symbolizing can take minutes): no
+# trace and no .tmp, the recording kept where the last line says, and
+# memlyze finalize turns it into the trace.
+printf '#include <stdlib.h>\nint main(void) { for (int i = 0; i < 1000; i++) free(malloc(100)); return 0; }\n' >"$T/prog.c"
+cc -o "$T/prog" "$T/prog.c" || fail "build prog"
+{ ( MLZ_TEST_SIGNAL=15 MLZ_TEST_MATCH=out.mlyze LD_PRELOAD="$T/raise.so" exec "$MEMLYZE" run -r 1 -o out.mlyze -- "$T/prog" ) >/dev/null 2>"$T/err"; } 2>/dev/null
+rc=$?
+left=$(leftovers out.)
+kept=$(sed -n 's/.*the recording is kept in \([^ ]*\) .*/\1/p' "$T/err")
+if [ "$rc" -eq 143 ] && [ -z "$left" ] && [ -n "$kept" ] && ls "$kept"/spool* >/dev/null 2>&1; then
+    pass "memlyze run, SIGTERM while writing the trace: it ends, nothing half-written, the recording kept"
+else fail "memlyze run, SIGTERM while writing the trace" "exit $rc, left: [$left] $(head -c 300 "$T/err")"; fi
+check "the kept recording finalizes into the trace" "$MEMLYZE" finalize -o "$T/kept.mlyze" "$kept"/spool
+check "  with the program's 1000 allocations" bash -c "'$MEMLYZE' stats '$T/kept.mlyze' | grep -Eq '^ +alloc +100[0-9] '"
+[ -n "$kept" ] && rm -rf "$kept"
+rm -f "$T"/out.*
+
 # An ignored SIGINT (nohup, a background job) stays ignored: the tool
 # finishes and the file is there.
 ( trap '' INT; MLZ_TEST_SIGNAL=2 LD_PRELOAD="$T/raise.so" "$MEMLYZE" convert --format v1 -o out.mlyze in.mlyze ) >/dev/null 2>&1

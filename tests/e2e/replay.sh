@@ -89,6 +89,9 @@ check "not a trace: one line" bash -c "'$MEMLYZE' replay '$T/tiny.dump' 2>&1 >/d
 start_redis || finish
 check "redis: attach in exact mode" "$B/bin/memlyze-attach" -q -r 1 -o "$T/redis.mlyze" "$RP"
 redis-benchmark -p "$PORT" -n 50000 -c 10 -r 20000 -d 256 -t set,lpush,get -q > "$T/bench.txt" 2>&1
+"$MEMLYZE" snapshot -q -o "$T/redis.snap.mlyze" "$RP"
+check "a snapshot is no trace: one line naming it a snapshot, exit 1" bash -c \
+    "'$MEMLYZE' replay '$T/redis.snap.mlyze' 2>'$T/snap.err' >/dev/null; [ \$? -eq 1 ] && grep -q 'a snapshot, not a trace' '$T/snap.err'"
 check "redis: detach writes the trace" "$B/bin/memlyze-detach" -q "$RP"
 kill "$RP" 2>/dev/null; wait "$RP" 2>/dev/null
 "$MEMLYZE" replay --json "$T/redis.mlyze" > "$T/redis.json"

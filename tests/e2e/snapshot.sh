@@ -32,6 +32,10 @@ for n in 1 2 3; do
     done
 done
 check "snapshot is of kind snapshot" bash -c "'$MEMLYZE' stats '$T/snap1.mlyze' | grep -q 'kind: *snapshot'"
+# Read while 16 threads churn: not one instant. The reports say how long,
+# and how many of the objects were born meanwhile (freed ones may be there too).
+check "a snapshot of a churning program says it was read while the program ran" bash -c \
+    "'$MEMLYZE' stats '$T/snap1.mlyze' | grep -Eq '^warning: .*heap was read while the program ran \([0-9.]+ ms\): [1-9][0-9]* of these objects were born meanwhile'"
 # With two CPUs a second thread loads the symbols while the map is read;
 # on one it is not started. The frames (function, file:line, inlines) of
 # every exact site must be the same either way.

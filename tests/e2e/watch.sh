@@ -114,11 +114,17 @@ assert rows[0]['growth_bytes'] == 0 and rows[0]['growth_bytes_ci95'] == 0, rows[
 # Detached: the watch ends cleanly.
 "$MEMLYZE" watch -i 0.2 "$SPID" > "$T/detach.txt" 2>&1 &
 WPID=$!
+"$MEMLYZE" watch --json -i 0.2 "$SPID" > "$T/detach.json" 2>"$T/detach.json.err" &
+JPID=$!
 sleep 1
 "$B/bin/memlyze-detach" "$SPID" > /dev/null 2>&1
-for _ in $(seq 50); do kill -0 "$WPID" 2>/dev/null || break; sleep 0.1; done
+for _ in $(seq 50); do kill -0 "$WPID" 2>/dev/null || kill -0 "$JPID" 2>/dev/null || break; sleep 0.1; done
 wait "$WPID"; rc=$?
+wait "$JPID"; jrc=$?
 check "detached: watch exits 0 saying so" bash -c "[ $rc -eq 0 ] && grep -q 'stopped watching' '$T/detach.txt'"
+check "detached: watch --json says so on stderr, its stdout JSON objects only" bash -c "[ $jrc -eq 0 ] &&
+    grep -q 'stopped watching' '$T/detach.json.err' && [ -s '$T/detach.json' ] &&
+    python3 -c 'import json, sys; [json.loads(l) for l in open(sys.argv[1])]' '$T/detach.json'"
 kill "$SPID"; wait "$SPID" 2>/dev/null; SPID=
 
 # A tiny terminal: still drawn, no crash; lines cut at the width, so none
