@@ -141,7 +141,7 @@ static int scan_cb(struct dl_phdr_info *info, size_t size, void *arg)
         }
         const ElfW(Sym) *s = mlz__dyn_lookup_def(&d, mlz__got.name[i]);
         if (s) {
-            mr->own_alloc_mask |= 1u << i;
+            mr->own_alloc_mask |= 1ull << i;
             if (d.base + s->st_value != real) t[nt] = d.base + s->st_value, th[nt++] = (uint8_t)i;
         }
     }
@@ -212,7 +212,7 @@ int mlz_got_format_report(const mlz_got_blindspot_report *r, char *buf, size_t l
         if (m->own_alloc_mask && !(m->flags & MLZ_GOT_MOD_PROVIDER)) {
             sb(&s, " own-allocator:");
             for (size_t h = 0; h < mlz__got.nhooks && h < 32; h++)
-                if (m->own_alloc_mask & (1u << h)) sb(&s, " %s", mlz__got.name[h]);
+                if (m->own_alloc_mask & (1ull << h)) sb(&s, " %s", mlz__got.name[h]);
         }
         sb(&s, "\n");
         for (uint32_t k = 0; k < m->nsites; k++)

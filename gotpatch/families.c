@@ -33,6 +33,5 @@ const mlz_got_family_fn mlz_got_cxx_fns[] = {
     { "_ZdlPvSt11align_val_t", "delete" }, { "_ZdaPvSt11align_val_t", "delete" },
     { "_ZdlPvmSt11align_val_t", "delete" }, { "_ZdaPvmSt11align_val_t", "delete" },
     { "_ZdlPvSt11align_val_tRKSt9nothrow_t", "delete" }, { "_ZdaPvSt11align_val_tRKSt9nothrow_t", "delete" },
-    { "__cxa_begin_catch", "catch" },   /* the end of a bad_alloc thrown through a new hook */
     { NULL, NULL },
 };

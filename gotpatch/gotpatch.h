@@ -227,7 +227,7 @@ typedef struct mlz_got_module_report {
     const char *path;                     /* "" is the main executable; valid for the process lifetime */
     uintptr_t base;
     uint32_t flags;                       /* MLZ_GOT_MOD_* */
-    uint32_t own_alloc_mask;              /* bit i: defines the allocation function hooks[i].name */
+    uint64_t own_alloc_mask;              /* bit i: defines the allocation function hooks[i].name */
     uint32_t slots_patched[MLZ_GOT_NKINDS];
     uint32_t slots_left;                  /* left alone (any reason) */
     uint32_t direct_sites;                /* call/jmp/jcc rel32 to an allocation function: invisible to GOT hooks */
@@ -268,7 +268,7 @@ typedef struct mlz_got_family_fn { const char *name, *kind; } mlz_got_family_fn;
 MLZ_EXPORT extern const mlz_got_family_fn mlz_got_family_fns[];
 /* C++'s operator new and delete (kinds "new" and "delete": the size or the
  * pointer first, other arguments passed on), for an allocator that
- * replaces them as well as malloc; last, __cxa_begin_catch (kind "catch"). */
+ * replaces them as well as malloc. */
 MLZ_EXPORT extern const mlz_got_family_fn mlz_got_cxx_fns[];
 
 /* ---- inline hooks: allocators the GOT never sees (inline_alloc.c) ------ */

@@ -155,6 +155,7 @@ static int add_hook_spec(const char *v, size_t vlen)
     const char *c1 = memchr(v, ':', vlen);
     if (!c1) return -EINVAL;
     int kind = mlz__kind_of(v, (size_t)(c1 - v));
+    if (kind >= MLZ_KIND_NEW) kind = -1;   /* families.c's own kinds: not a --hook's */
     const char *name = c1 + 1, *end = v + vlen, *c2 = memchr(name, ':', (size_t)(end - name));
     size_t nlen = (size_t)((c2 ? c2 : end) - name);
     uintptr_t fn = 0;
@@ -195,15 +196,23 @@ static void add_families(void)
     }
     Dl_info li;   /* libc's own module, by a function only it defines */
     if (!have_m || !dladdr((void *)gnu_get_libc_version, &li) || li.dli_fbase == mi.dli_fbase) return;
-    /* C++'s operators the allocator replaced, then (last in the table)
-     * __cxa_begin_catch, libstdc++'s, if any of them was. */
+    /* C++'s operators the allocator replaced, and with them libstdc++'s
+     * __cxa_begin_catch (the end of a bad_alloc thrown through a new hook:
+     * hooks_named.c), which comes first: without it they are not hooked. */
     int cxx = 0;
-    for (const mlz_got_family_fn *f = mlz_got_cxx_fns; f->name; f++) {
-        int kind = mlz__kind_of(f->kind, strlen(f->kind));
-        void *a = dlsym(RTLD_DEFAULT, f->name);
+    for (const mlz_got_family_fn *f = mlz_got_cxx_fns; f->name && !cxx; f++) {
         Dl_info ai;
-        if (!a || !dladdr(a, &ai) || (kind == MLZ_KIND_CATCH ? !cxx : ai.dli_fbase != mi.dli_fbase)) continue;
-        cxx |= add_named(f->name, strlen(f->name), kind, 0, 0, MLZ_GOT_HOOK_ALLOC) == 0;
+        void *a = dlsym(RTLD_DEFAULT, f->name);
+        cxx = a && dladdr(a, &ai) && ai.dli_fbase == mi.dli_fbase;
+    }
+    if (!cxx || add_named("__cxa_begin_catch", strlen("__cxa_begin_catch"), MLZ_KIND_CATCH, 0, 0,
+                          MLZ_GOT_HOOK_ALLOC))
+        return;
+    for (const mlz_got_family_fn *f = mlz_got_cxx_fns; f->name; f++) {
+        Dl_info ai;
+        void *a = dlsym(RTLD_DEFAULT, f->name);
+        if (a && dladdr(a, &ai) && ai.dli_fbase == mi.dli_fbase)
+            add_named(f->name, strlen(f->name), mlz__kind_of(f->kind, strlen(f->kind)), 0, 0, MLZ_GOT_HOOK_ALLOC);
     }
 }
 

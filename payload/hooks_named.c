@@ -137,18 +137,35 @@ static void *named_realloc(int k, void *p, size_t n)
  * personality: it would need libgcc_s), so in_named stays set until the
  * exception is caught: mlz__cxx_catch, hooked on __cxa_begin_catch. */
 typedef void *(*new_fn)(size_t, uintptr_t, uintptr_t);
+
+/* A catch __cxa_begin_catch did not see (a module with libstdc++ linked in
+ * statically calls its own): the new hook that set in_named is gone when
+ * a later one runs above its frame. (Only a signal handler on an
+ * alternate stack above the thread's could be wrong here, and then one
+ * nested block is counted at its own level as well.) */
+static inline void named_stale(mlz_tls *t, uintptr_t frame)
+{
+    if (mlz_unlikely(t->named_frame) && frame > t->named_frame) {
+        t->in_named = 0;
+        t->named_frame = 0;
+    }
+}
 typedef void (*delete_fn)(void *, uintptr_t, uintptr_t);
 
 void *mlz__cxx_new(void *real, size_t n, uintptr_t a, uintptr_t b)
 {
     mlz_tls *t = &mlz__tls;
+    uintptr_t frame = (uintptr_t)__builtin_frame_address(0);
+    named_stale(t, frame);
     uintptr_t outer = t->named_frame;
-    if (!t->in_named) t->named_frame = (uintptr_t)__builtin_frame_address(0);
+    uint32_t depth = t->in_named;
+    if (!depth) t->named_frame = frame;
     int s = mlz_sampler_should_sample(&t->s, n);
     int64_t c = t->s.countdown;
-    t->in_named++;
+    t->in_named = depth + 1;
     void *r = ((new_fn)real)(n, a, b);
-    if (t->in_named) t->in_named--;   /* a catch on a signal's stack may have cleared it */
+    /* As it was: a new hook below that threw, caught between, left its own. */
+    t->in_named = depth;
     t->named_frame = outer;
     t->s.countdown = c;
     if (mlz_unlikely(s)) {

@@ -543,20 +543,22 @@ static int run(int argc, char **argv)
     sigaction(SIGHUP, &sa, NULL);
     int st;
     while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {}
-    child_pid = 0;
-    /* 127 and nothing written: the command could not be run at all. */
-    if (WIFEXITED(st) && WEXITSTATUS(st) == 127 && rmdir(dir) == 0) return 127;
-
-    char def[64];
-    if (!out) { snprintf(def, sizeof def, "memlyze.%d.mlyze", (int)pid); out = def; }
     /* The program has ended: a signal now ends us (symbolizing a big trace
      * takes a while), leaving no half-written trace, and the recording in
      * dir for memlyze finalize. */
-    static char kept[2 * PATH_MAX + 160];
-    snprintf(kept, sizeof kept, "memlyze run: interrupted before %s was written; the recording is kept in %s "
-             "(memlyze finalize -o %s %s/spool*)\n", out, dir, out, dir);
+    char def[64];
+    if (!out) { snprintf(def, sizeof def, "memlyze.%d.mlyze", (int)pid); out = def; }
+    static char kept[2 * PATH_MAX + 200];
+    snprintf(kept, sizeof kept, "memlyze run: interrupted while writing %s; the recording is kept in %s "
+             "(memlyze finalize -o %s %s/spool, then its spool.execN, if any, in order)\n", out, dir, out, dir);
     mlz_tmp_guard_note(kept);
     for (int i = 0; i < 4; i++) sigaction(sigs[i], &was[i], NULL);
+    child_pid = 0;
+    /* 127 and nothing written: the command could not be run at all. */
+    if (WIFEXITED(st) && WEXITSTATUS(st) == 127 && rmdir(dir) == 0) {
+        mlz_tmp_guard_note(NULL);
+        return 127;
+    }
     int rc = write_traces(dir, out, encoding, coverage);
     mlz_tmp_guard_note(NULL);
     rmdir(dir);
