@@ -12,19 +12,28 @@
 #include <stdio.h>
 #include <sys/types.h>
 
-/* One loaded profile: a FILE given on the command line, or a snapshot
- * taken on request (--pid). Loaded whole once; moments (t=) load again. */
+/* One profile: a FILE given on the command line, or a snapshot taken on
+ * request (--pid). Loaded whole while it is among the last few shown;
+ * moments (t=) load again. */
 typedef struct sv_source {
     char *path;
     char *name;               /* as shown */
-    mlz_reader *r;
+    mlz_reader *r;            /* r and p while loaded (cmd_serve.c: load_source) */
     prof p;
+    int loaded;
+    uint64_t used, req;       /* last shown (state's clock), and in which request */
     int trace;                /* kind "trace": it has a timeline */
+    /* For the index, kept when it goes back to its file: */
+    char kind[16];
+    est live_bytes;
+    uint64_t live_samples, rate;
 } sv_source;
 
 typedef struct sv_state {
     sv_source *src;
     size_t n, cap;
+    size_t loaded;            /* sources loaded now */
+    uint64_t clock, req;      /* a tick per source shown; the request being answered */
     pid_t pid;                /* --pid, else 0 */
     char dir[64];             /* where --pid snapshots go (removed at exit) */
     int nsnap;

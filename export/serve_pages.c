@@ -170,9 +170,9 @@ int sv_index(FILE *f, const sv_state *s)
         fprintf(f, "<tr><td class=\"n\">%zu</td><td>", i);
         sv_html(f, x->name);
         fputs("</td><td>", f);
-        sv_html(f, x->p.meta->kind ? x->p.meta->kind : "v1");
-        fprintf(f, "</td><td class=\"n\">%s</td><td class=\"n\">%llu</td><td>", est_text(&x->p.live_bytes, x->p.rate > 1, v, sizeof v),
-                (unsigned long long)x->p.live_samples);
+        sv_html(f, x->kind);
+        fprintf(f, "</td><td class=\"n\">%s</td><td class=\"n\">%llu</td><td>", est_text(&x->live_bytes, x->rate > 1, v, sizeof v),
+                (unsigned long long)x->live_samples);
         fprintf(f, "<a href=\"/top?f=%zu\">top</a> <a href=\"/tree?f=%zu\">tree</a> <a href=\"/flame?f=%zu\">flame graph</a>",
                 i, i, i);
         if (x->trace) fprintf(f, " <a href=\"/timeline?f=%zu\">timeline</a>", i);

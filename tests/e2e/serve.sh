@@ -146,6 +146,15 @@ loc=$(curl -s -o /dev/null -w '%{http_code} %{redirect_url}' -X POST "${URL}snap
 check "--pid: POST /snapshot redirects to the growth since the previous one" test "$loc" = "303 ${URL}diff?a=0&b=1"
 check "--pid: the growth page ranks the leak first" bash -c "curl -s '${URL}diff?a=0&b=1' | grep -m1 'class=\"sitelink\"' | grep -q remember_request"
 DIR=$(ls -d /tmp/memlyze-serve.* 2>/dev/null | while read -r d; do [ -e "$d/snapshot-2.mlyze" ] && "$MEMLYZE" stats "$d/snapshot-2.mlyze" 2>/dev/null | grep -q "pid.*$TPID" && echo "$d"; done | head -1)
+# Snapshot after snapshot: only the last few shown stay loaded (each whole
+# in memory, its file open); an older one loads again when shown.
+for _ in 1 2 3 4 5; do curl -s -o /dev/null -X POST "${URL}snapshot"; done
+open_snaps() { ls -l "/proc/$SPID/fd" 2>/dev/null | grep -c 'snapshot-[0-9]*\.mlyze'; }
+check "--pid: 7 snapshots listed, at most 4 of them open ($(open_snaps))" bash -c \
+    "curl -s '$URL' | grep -q 'snapshot 7 of pid $TPID' && [ \$(ls -l /proc/$SPID/fd | grep -c 'snapshot-[0-9]*\.mlyze') -le 4 ]"
+check "--pid: the first snapshot, long unloaded, is shown again" bash -c \
+    "[ \$(curl -s -o '$T/first' -w '%{http_code}' '${URL}top?f=0') = 200 ] && grep -q remember_request '$T/first'"
+check "--pid: a diff of an unloaded and a loaded snapshot" test "$(status "diff?a=0&b=6")" = 200
 check "--pid: snapshots are valid .mlyze files" bash -c "[ -n '$DIR' ] && '$MEMLYZE' validate '$DIR/snapshot-2.mlyze'"
 kill "$TPID"; wait "$TPID" 2>/dev/null
 check "--pid: target gone -> an error page, not a crash" bash -c "[ \$(curl -s -o '$T/g' -w '%{http_code}' -X POST '${URL}snapshot') = 410 ] && grep -q 'id=\"error\"' '$T/g'"
