@@ -293,8 +293,8 @@ static int elf_allocs(const char *path, char *family, size_t fcap, char *needed,
     return found;
 }
 
-/* A library name as the loader would find it: in the run paths ($ORIGIN
- * the executable's directory), LD_LIBRARY_PATH, then the usual places
+/* A library name about as the loader would find it: LD_LIBRARY_PATH, the
+ * run paths ($ORIGIN the executable's directory), then the usual places
  * (not ld.so.cache: an allocator there is in one of them). */
 static int find_lib(const char *name, const char *runpath, const char *exe, char *out, size_t cap)
 {
@@ -305,8 +305,8 @@ static int find_lib(const char *name, const char *runpath, const char *exe, char
     if (slash) *slash = 0;
     else snprintf(origin, sizeof origin, ".");
     const char *llp = getenv("LD_LIBRARY_PATH");
-    snprintf(dirs, sizeof dirs, "%s%s:/lib/x86_64-linux-gnu:/usr/lib/x86_64-linux-gnu:/lib64:/usr/lib64:/lib:/usr/lib:"
-             "/usr/local/lib", runpath ? runpath : "", llp ? llp : "");
+    snprintf(dirs, sizeof dirs, "%s%s%s:/lib/x86_64-linux-gnu:/usr/lib/x86_64-linux-gnu:/lib64:/usr/lib64:/lib:/usr/lib:"
+             "/usr/local/lib", llp ? llp : "", llp && *llp ? ":" : "", runpath ? runpath : "");
     for (const char *p = dirs; *p;) {
         const char *e = strchr(p, ':');
         size_t n = e ? (size_t)(e - p) : strlen(p);
@@ -345,7 +345,9 @@ static const char *exe_needs_got(const char *prog, char *why, size_t cap)
         n += l + 1;
     }
     for (size_t i = 0; i < n; i += strlen(list + i) + 1) {
-        if (!list[i] || mlz_proc_is_libc(list + i) || find_lib(list + i, runpath, path, lib, sizeof lib)) continue;
+        if (!list[i] || mlz_proc_is_libc(list + i) || mlz_proc_is_ldso(list + i) ||
+            find_lib(list + i, runpath, path, lib, sizeof lib))
+            continue;
         if (elf_allocs(lib, NULL, 0, NULL, 0, NULL, 0) & DEFINES_MALLOC) {
             const char *b = strrchr(lib, '/');
             return snprintf(why, cap, "takes malloc and C++'s new from %.64s", b ? b + 1 : lib), why;
