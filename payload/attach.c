@@ -178,6 +178,14 @@ static int add_hook_spec(const char *v, size_t vlen)
     return add_named(name, nlen, kind, fn, size, MLZ_GOT_HOOK_INLINE);
 }
 
+/* Whether the process's definition of name is in the module at base. */
+static int defined_in(const char *name, const void *base)
+{
+    Dl_info ai;
+    void *a = dlsym(RTLD_DEFAULT, name);
+    return a && dladdr(a, &ai) && ai.dli_fbase == base;
+}
+
 /* The prefixed families present in the process. When the family is the
  * process's allocator (its module defines malloc), an entry point that is
  * not an alias of the standard function of its kind is its inside (mimalloc's
@@ -200,20 +208,13 @@ static void add_families(void)
      * __cxa_begin_catch (the end of a bad_alloc thrown through a new hook:
      * hooks_named.c), which comes first: without it they are not hooked. */
     int cxx = 0;
-    for (const mlz_got_family_fn *f = mlz_got_cxx_fns; f->name && !cxx; f++) {
-        Dl_info ai;
-        void *a = dlsym(RTLD_DEFAULT, f->name);
-        cxx = a && dladdr(a, &ai) && ai.dli_fbase == mi.dli_fbase;
-    }
+    for (const mlz_got_family_fn *f = mlz_got_cxx_fns; f->name && !cxx; f++) cxx = defined_in(f->name, mi.dli_fbase);
     if (!cxx || add_named("__cxa_begin_catch", strlen("__cxa_begin_catch"), MLZ_KIND_CATCH, 0, 0,
                           MLZ_GOT_HOOK_ALLOC))
         return;
-    for (const mlz_got_family_fn *f = mlz_got_cxx_fns; f->name; f++) {
-        Dl_info ai;
-        void *a = dlsym(RTLD_DEFAULT, f->name);
-        if (a && dladdr(a, &ai) && ai.dli_fbase == mi.dli_fbase)
+    for (const mlz_got_family_fn *f = mlz_got_cxx_fns; f->name; f++)
+        if (defined_in(f->name, mi.dli_fbase))
             add_named(f->name, strlen(f->name), mlz__kind_of(f->kind, strlen(f->kind)), 0, 0, MLZ_GOT_HOOK_ALLOC);
-    }
 }
 
 /* "rate=524288;spool=/path;unwind=fp;seed=7;hook=malloc:my_alloc"; unknown

@@ -32,14 +32,11 @@ void mlz__named_bind(struct mlz_got_hook *first)
 int mlz__kind_of(const char *word, size_t len)
 {
     /* --hook's kinds, then those only families.c names. */
-    static const char *const names[] = { "malloc", "free", "calloc", "realloc", "memalign", "aligned_alloc",
-                                         "posix_memalign", "new", "delete", "catch" };
+    static const char *const names[] = { MEMLYZE_HOOK_KIND_NAMES, "new", "delete", "catch" };
     /* Their hooks, by the arguments: aligned_alloc takes memalign's. */
     static const int kinds[] = { MLZ_KIND_MALLOC, MLZ_KIND_FREE, MLZ_KIND_CALLOC, MLZ_KIND_REALLOC,
                                  MLZ_KIND_MEMALIGN, MLZ_KIND_MEMALIGN, MLZ_KIND_POSIX_MEMALIGN,
                                  MLZ_KIND_NEW, MLZ_KIND_DELETE, MLZ_KIND_CATCH };
-    static const char *const user[] = MEMLYZE_HOOK_KINDS;
-    _Static_assert(sizeof user <= sizeof names, "--hook's kinds come first");
     _Static_assert(sizeof names / sizeof *names == sizeof kinds / sizeof *kinds, "a hook for every kind");
     for (size_t k = 0; k < sizeof names / sizeof *names; k++)
         if (strlen(names[k]) == len && !memcmp(word, names[k], len)) return kinds[k];
@@ -47,7 +44,6 @@ int mlz__kind_of(const char *word, size_t len)
 }
 
 typedef void *(*malloc_fn)(size_t);
-typedef void (*free_fn)(void *);
 typedef void *(*calloc_fn)(size_t, size_t);
 typedef void *(*realloc_fn)(void *, size_t);
 typedef void *(*memalign_fn)(size_t, size_t);
@@ -100,11 +96,16 @@ static int named_posix_memalign(int k, void **out, size_t align, size_t n)
     NAMED_ALLOC(int, *out, ((posix_memalign_fn)named[k].real)(out, align, n), n, r_ == 0);
 }
 
-static void named_free(int k, void *p)
+/* free, and C++'s delete in every form (kind "delete"): the pointer
+ * first, whatever follows it (size, alignment, nothrow tag) passed on as
+ * it came; free takes none (an extra register argument is harmless). */
+typedef void (*delete_fn)(void *, uintptr_t, uintptr_t);
+
+void mlz__cxx_delete(void *real, void *p, uintptr_t a, uintptr_t b)
 {
     if (p && mlz_unlikely(mlz_bloom_maybe(&mlz__g.bloom, (uint64_t)p))) mlz__free_slow(p);
     mlz__tls.in_named++;
-    ((free_fn)named[k].real)(p);
+    ((delete_fn)real)(p, a, b);
     mlz__tls.in_named--;
 }
 
@@ -150,8 +151,6 @@ static inline void named_stale(mlz_tls *t, uintptr_t frame)
         t->named_frame = 0;
     }
 }
-typedef void (*delete_fn)(void *, uintptr_t, uintptr_t);
-
 void *mlz__cxx_new(void *real, size_t n, uintptr_t a, uintptr_t b)
 {
     mlz_tls *t = &mlz__tls;
@@ -175,14 +174,6 @@ void *mlz__cxx_new(void *real, size_t n, uintptr_t a, uintptr_t b)
     return r;
 }
 
-void mlz__cxx_delete(void *real, void *p, uintptr_t a, uintptr_t b)
-{
-    if (p && mlz_unlikely(mlz_bloom_maybe(&mlz__g.bloom, (uint64_t)p))) mlz__free_slow(p);
-    mlz__tls.in_named++;
-    ((delete_fn)real)(p, a, b);
-    mlz__tls.in_named--;
-}
-
 /* Every frame below the catching one's is gone: an operator new hook
  * among them (its frame below our caller's stack pointer, our CFA) was
  * left by the exception now caught. One caught inside the allocator (a
@@ -204,7 +195,7 @@ void *mlz__cxx_catch(void *real, void *exception)
 #define IDX(k) ((k) / 10 * 8 + (k) % 10 - 8)
 #define SLOT(k)                                                                                  \
     static void *malloc_##k(size_t n) { return named_malloc(IDX(k), n); }                             \
-    static void free_##k(void *p) { named_free(IDX(k), p); }                                          \
+    static void free_##k(void *p) { mlz__cxx_delete(named[IDX(k)].real, p, 0, 0); }                  \
     static void *calloc_##k(size_t n, size_t m) { return named_calloc(IDX(k), n, m); }                \
     static void *realloc_##k(void *p, size_t n) { return named_realloc(IDX(k), p, n); }               \
     static void *memalign_##k(size_t a, size_t n) { return named_memalign(IDX(k), a, n); }            \

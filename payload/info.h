@@ -56,7 +56,8 @@
  * (hex; "exe+VALUE" for an address in the executable; ADDR and SIZE may be
  * left out to look SYMBOL up among exported functions), $MEMLYZE_HOOKS the
  * same, comma-separated. A KIND names the arguments the function takes. */
-#define MEMLYZE_HOOK_KINDS { "malloc", "free", "calloc", "realloc", "memalign", "aligned_alloc", "posix_memalign" }
+#define MEMLYZE_HOOK_KIND_NAMES "malloc", "free", "calloc", "realloc", "memalign", "aligned_alloc", "posix_memalign"
+#define MEMLYZE_HOOK_KINDS { MEMLYZE_HOOK_KIND_NAMES }
 #define MEMLYZE_HOOK_KINDS_TEXT "malloc, free, calloc, realloc, memalign, aligned_alloc, posix_memalign"
 #define MEMLYZE_NAMED_HOOKS_MAX 16
 #define MEMLYZE_HOOK_NAME_MAX 256     /* a --hook symbol's bytes, its NUL included (C++ names are long) */

@@ -87,25 +87,18 @@ static int add_source(sv_state *s, const char *path, const char *name)
     }
     sv_source *x = &s->src[s->n];
     memset(x, 0, sizeof *x);
-    make_room(s);
-    if (cli_load("serve", path, NULL, &x->r, &x->p)) return 1;
     x->path = strdup(path);
     x->name = strdup(name);
-    if (!x->path || !x->name) {
+    if (!x->path || !x->name || load_source(s, (int)s->n)) {
         free(x->path);
         free(x->name);
-        cli_unload(x->r, &x->p);
-        return cli_error("serve", "out of memory");
+        return x->path && x->name ? 1 : cli_error("serve", "out of memory");
     }
     x->trace = x->p.meta->kind && !strcmp(x->p.meta->kind, "trace");
     snprintf(x->kind, sizeof x->kind, "%s", x->p.meta->kind ? x->p.meta->kind : "v1");
     x->live_bytes = x->p.live_bytes;
     x->live_samples = x->p.live_samples;
     x->rate = x->p.rate;
-    x->loaded = 1;
-    x->used = ++s->clock;
-    x->req = s->req;
-    s->loaded++;
     s->n++;
     return 0;
 }
