@@ -33,7 +33,7 @@ endif
 # libzstd and zlib are referenced only weakly (format/codec_split.c, so the payload
 # need not have them): --no-as-needed keeps the linker from dropping them.
 ZSTDLIB := -Wl,--push-state,--no-as-needed -lzstd -lz -Wl,--pop-state
-SYSLIBS := -ljansson -llz4 $(ZSTDLIB) -ldw -lelf -lcapstone -lz -lstdc++ -lpthread -lm -ldl
+SYSLIBS := -ljansson -llz4 $(ZSTDLIB) -ldw -lelf -ldeflate -lcapstone -lz -lstdc++ -lpthread -lm -ldl
 # memlyze watch draws with ncurses; memlyze serve answers HTTP with libmicrohttpd.
 SYSLIBS  += -lncursesw -lmicrohttpd
 

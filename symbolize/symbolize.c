@@ -8,13 +8,16 @@
  * /usr/lib/debug/.build-id). A module whose file is missing or whose
  * build-id differs from the one recorded is not trusted: its frames become
  * "module+0xoffset". Inlined calls expand into one frame each, innermost
- * first. C++ names are demangled.
+ * first. C++ names are demangled. Compressed debug files are inflated by
+ * debugfile.c before libdw opens them.
  */
 #include "symbolize.h"
+#include "debugfile.h"
 
 #include <elfutils/libdw.h>
 #include <elfutils/libdwfl.h>
 #include <dwarf.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,9 +49,39 @@ struct symbolizer {
     size_t npool, pool_cap;
 };
 
+static char hexdigit(unsigned v) { return "0123456789abcdef"[v & 15]; }
+
+/* A module's separate debug file. The one under /usr/lib/debug/.build-id
+ * (where Debian's -dbg packages put them, compressed) is opened here and
+ * inflated by debugfile.c: libdw's own lookup of it would open it for itself
+ * and inflate it with zlib. Everything else (.gnu_debuglink, and dwz's
+ * shared files, asked for with no crc) is libdw's standard search. */
+static int find_debuginfo(Dwfl_Module *mod, void **userdata, const char *modname, Dwarf_Addr base,
+                          const char *file_name, const char *debuglink_file, GElf_Word debuglink_crc,
+                          char **debuginfo_file_name)
+{
+    const unsigned char *id;
+    GElf_Addr vaddr;
+    int n = debuglink_file && !debuglink_crc ? 0 : dwfl_module_build_id(mod, &id, &vaddr);
+    if (n >= 2 && n <= 64) {
+        char path[64 + 2 * 64] = "/usr/lib/debug/.build-id/", *p = path + strlen(path);
+        for (int i = 0; i < n; i++) {
+            *p++ = hexdigit(id[i] >> 4);
+            *p++ = hexdigit(id[i]);
+            if (i == 0) *p++ = '/';
+        }
+        strcpy(p, ".debug");
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd >= 0 && (*debuginfo_file_name = strdup(path))) return sym_debug_inflated(fd);
+        if (fd >= 0) close(fd);
+    }
+    return dwfl_standard_find_debuginfo(mod, userdata, modname, base, file_name, debuglink_file, debuglink_crc,
+                                        debuginfo_file_name);
+}
+
 static const Dwfl_Callbacks offline_callbacks = {
     .find_elf = dwfl_build_id_find_elf,
-    .find_debuginfo = dwfl_standard_find_debuginfo,
+    .find_debuginfo = find_debuginfo,
     .section_address = dwfl_offline_section_address,
 };
 
@@ -79,8 +112,6 @@ void sym_set_root(symbolizer *s, const char *root)
 {
     snprintf(s->root, sizeof s->root, "%s", root ? root : "");
 }
-
-static char hexdigit(unsigned v) { return "0123456789abcdef"[v & 15]; }
 
 int sym_add_module(symbolizer *s, const char *path, uint64_t start, uint64_t size, uint64_t bias,
                    const uint8_t *build_id, size_t blen)

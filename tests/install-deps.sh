@@ -6,6 +6,7 @@ pkgs=(
   gcc make pkg-config
   libelf-dev        # reading ELF files and modules (injector, gotpatch)
   libdw-dev         # DWARF symbolization: function, file:line, inlines, debug links
+  libdeflate-dev    # inflating compressed debug files for libdw, twice as fast as zlib
   libcapstone-dev   # disassembly for the blind-spot report
   liblz4-dev        # the .mlyze Phase 2 block compression
   libzstd-dev       # entropy coding of split-stream trace blocks (tools only)
