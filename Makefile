@@ -33,9 +33,9 @@ endif
 # libzstd and zlib are referenced only weakly (format/codec_split.c, so the payload
 # need not have them): --no-as-needed keeps the linker from dropping them.
 ZSTDLIB := -Wl,--push-state,--no-as-needed -lzstd -lz -Wl,--pop-state
-SYSLIBS := -ljansson -llz4 $(ZSTDLIB) -ldw -lelf -ldeflate -lcapstone -lz -lstdc++ -lpthread -lm -ldl
-# memlyze watch draws with ncurses; memlyze serve answers HTTP with libmicrohttpd.
-SYSLIBS  += -lncursesw -lmicrohttpd
+SYSLIBS := -ljansson -llz4 $(ZSTDLIB) -ldw -lelf -ldeflate -lcapstone -lz -lpthread -lm -ldl
+# memlyze watch draws with ncurses (memlyze serve loads libmicrohttpd itself: cmd_serve.c).
+SYSLIBS  += -lncursesw
 
 FORMAT_OBJ := $(patsubst %.c,$(O)/%.o,$(wildcard format/*.c))
 CORE_OBJ   := $(patsubst %.c,$(O)/%.o,$(wildcard core/*.c))

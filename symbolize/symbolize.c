@@ -16,15 +16,27 @@
 
 #include <elfutils/libdw.h>
 #include <elfutils/libdwfl.h>
+#include <dlfcn.h>
 #include <dwarf.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-char *__cxa_demangle(const char *mangled, char *buf, size_t *len, int *status);
+/* C++'s demangler, from libstdc++ loaded at the first mangled name: linked,
+ * it made every memlyze command load libstdc++, C programs' traces too. */
+typedef char *demangle_fn(const char *mangled, char *buf, size_t *len, int *status);
+static demangle_fn *cxa_demangle;
+static pthread_once_t cxa_once = PTHREAD_ONCE_INIT;
+
+static void load_demangler(void)
+{
+    void *h = dlopen("libstdc++.so.6", RTLD_NOW | RTLD_LOCAL);
+    if (h) *(void **)&cxa_demangle = dlsym(h, "__cxa_demangle");
+}
 
 typedef struct sym_module {
     char *path;
@@ -176,7 +188,8 @@ static const char *demangle(symbolizer *s, const char *name)
     if (!name) return NULL;
     if (name[0] == '_' && name[1] == 'Z') {
         int status = 0;
-        char *d = __cxa_demangle(name, NULL, NULL, &status);
+        pthread_once(&cxa_once, load_demangler);
+        char *d = cxa_demangle ? cxa_demangle(name, NULL, NULL, &status) : NULL;
         if (d && status == 0) return keep(s, d);
         free(d);
     }
