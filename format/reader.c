@@ -277,13 +277,15 @@ static mlz_reader *open_common(mlz_reader *r, const char *path, mlz_error *err)
 
 mlz_reader *mlz_reader_open(const char *path, unsigned flags, mlz_error *err)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: a FIFO would block the open until a writer came. */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) return mlz__error_set(err, MLZ_RULE_IO, 0, "cannot open: %s", strerror(errno)), NULL;
     struct stat st;
     if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
         close(fd);
         return mlz__error_set(err, MLZ_RULE_IO, 0, "not a regular file"), NULL;
     }
+    fcntl(fd, F_SETFL, 0);
     mlz_reader *r = calloc(1, sizeof *r);
     if (!r) { close(fd); return mlz__error_set(err, MLZ_RULE_IO, 0, "out of memory"), NULL; }
     r->fd = fd;

@@ -23,9 +23,13 @@
 #include "arc.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 typedef struct decl {
     uint64_t id, size, off;
@@ -270,8 +274,21 @@ int arc_open(arc_file *a, const char *path, arc_error *e)
     memset(a, 0, sizeof *a);
     memset(e, 0, sizeof *e);
     e->rule = "io";
-    FILE *f = fopen(path, "rb");
-    if (!f) { snprintf(e->msg, sizeof e->msg, "%s", strerror(errno)); return -1; }
+    /* O_NONBLOCK: a FIFO would block the open until a writer came. */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st)) {
+        snprintf(e->msg, sizeof e->msg, "%s", strerror(errno));
+        if (fd >= 0) close(fd);
+        return -1;
+    }
+    if (!S_ISREG(st.st_mode) || fcntl(fd, F_SETFL, 0)) {
+        close(fd);
+        snprintf(e->msg, sizeof e->msg, "not a regular file");
+        return -1;
+    }
+    FILE *f = fdopen(fd, "rb");
+    if (!f) { close(fd); snprintf(e->msg, sizeof e->msg, "%s", strerror(errno)); return -1; }
     size_t cap = 1 << 16, len = 0;
     uint8_t *buf = malloc(cap);
     for (;;) {

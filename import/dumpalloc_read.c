@@ -309,6 +309,11 @@ int dumpalloc_parse(const uint8_t *buf, size_t len, imp_trace *t, dumpalloc_info
         return bad(&x.c, 0, "out of memory");
     }
     record r;
+    if (!len) {   /* no record at all: a file emptied or cut, not a recording (docs/FORMAT.md) */
+        json_decref(x.objects);
+        addrmap_free(&x.live);
+        return bad(&x.c, 0, "empty file: no dumpalloc record");
+    }
     int more = next_record(&x.c, &x.pos, &r), rc = 0;
     while (more > 0 && !rc) {
         info->n.records++;

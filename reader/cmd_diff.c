@@ -200,7 +200,7 @@ static int run(int argc, char **argv)
         fprintf(stderr, "memlyze diff: warning: different programs: %s is %s, %s is %s\n", a, xa, b, xb);
     pairing pg = { &t, { sa.ids, sb.ids }, &sa.p, { { 0, 0 }, { 0, 0 } }, 0, 0 };
     double ta = 0, tb = 0, tva = 0, tvb = 0;
-    if (paired) pd_changes(&sa.p, sa.ids, &sb.p, sb.ids, on_change, &pg);
+    if (paired) pd_changes(&sa.p, &sb.p, on_change, &pg);
     for (size_t i = 0; i < t.n; i++) {
         dsite *d = &t.v[i];
         ta += d->a; tb += d->b; tva += d->va; tvb += d->vb;
@@ -300,7 +300,7 @@ int diff_profiles(const prof *pa, const prof *pb, int same_file, diff_result *ou
     const char *why;
     int paired = !rc && (same_file || pd_same_session(pa->meta, pb->meta, &why));
     pairing pg = { &t, { ia, ib }, pa, { { 0, 0 }, { 0, 0 } }, 0, 0 };
-    if (paired) pd_changes(pa, ia, pb, ib, on_change, &pg);
+    if (paired) pd_changes(pa, pb, on_change, &pg);
     free(ia);
     free(ib);
     double ta = 0, tb = 0, tva = 0, tvb = 0;

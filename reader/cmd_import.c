@@ -70,7 +70,7 @@ static int run(int argc, char **argv)
     if (!fmt) return cli_usage_error(&cmd_import, "FORMAT is one of %s", format_names + 2);
 
     const char *path = argv[optind + 1];
-    int fd = open(path, O_RDONLY);
+    int fd = open(path, O_RDONLY | O_NONBLOCK);   /* a FIFO: refused below, not waited on */
     struct stat st;
     if (fd < 0 || fstat(fd, &st)) {
         int e = errno;

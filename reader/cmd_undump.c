@@ -201,19 +201,24 @@ static int on_line(undump *u, const char *line)
 /* Reads the text to its end line and closes the output; 0 or 1. */
 static int undump_text(undump *u, FILE *in)
 {
-    char *line = NULL;
+    char *line = NULL, first[32];
     size_t cap = 0;
     ssize_t len;
     int rc = 1;
-    while ((len = getline(&line, &cap, in)) >= 0) {
-        u->pos.lineno++;
-        if (len > 0 && line[len - 1] == '\n') line[--len] = 0;
-        if (u->pos.lineno == 1) {
-            if (strcmp(line, "mlyze-dump 1")) { bad(&u->pos, "not memlyze dump text (first line must be \"mlyze-dump 1\")"); goto out; }
-        } else if (on_line(u, line)) {
-            goto out;
+    /* The first line read with a bound: other input (/dev/zero, a binary
+     * file with no newline) is refused before getline takes it all in. */
+    if (fgets(first, sizeof first, in)) {
+        u->pos.lineno = 1;
+        first[strcspn(first, "\n")] = 0;
+        if (strcmp(first, "mlyze-dump 1")) { bad(&u->pos, "not memlyze dump text (first line must be \"mlyze-dump 1\")"); goto out; }
+        while ((len = getline(&line, &cap, in)) >= 0) {
+            u->pos.lineno++;
+            if (len > 0 && line[len - 1] == '\n') line[--len] = 0;
+            if (on_line(u, line)) goto out;
         }
     }
+    if (ferror(in)) { cli_error("undump", "%s: %s", u->pos.path, strerror(errno)); goto out; }
+    if (!u->pos.lineno) { bad(&u->pos, "empty input (first line must be \"mlyze-dump 1\")"); goto out; }
     if (!u->ended) { bad(&u->pos, "text ends without the end line"); goto out; }
     int e = mlz_writer_close(&u->w);
     u->opened = 0;

@@ -26,7 +26,6 @@ int pd_same_session(const mlz_meta *a, const mlz_meta *b, const char **why)
 
 typedef struct walk {
     const prof *self, *other;
-    const uint32_t *site_self, *site_other;
     int sign;
     pd_fn fn;
     void *arg;
@@ -37,15 +36,13 @@ static void visit(const addr_obj *o, void *arg)
 {
     walk *w = arg;
     const addr_obj *x = addrmap_find(&w->other->live, o->addr);
-    if (x && x->time_us == o->time_us && x->size == o->size && w->site_other[x->site] == w->site_self[o->site])
-        return;
+    if (x && x->time_us == o->time_us && x->size == o->size && x->thread == o->thread) return;
     w->fn(w->arg, w->self, o, w->sign);
 }
 
-void pd_changes(const prof *a, const uint32_t *site_a, const prof *b, const uint32_t *site_b,
-                pd_fn fn, void *arg)
+void pd_changes(const prof *a, const prof *b, pd_fn fn, void *arg)
 {
-    walk born = { b, a, site_b, site_a, +1, fn, arg }, died = { a, b, site_a, site_b, -1, fn, arg };
+    walk born = { b, a, +1, fn, arg }, died = { a, b, -1, fn, arg };
     addrmap_each(&b->live, visit, &born);
     addrmap_each(&a->live, visit, &died);
 }

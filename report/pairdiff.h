@@ -26,12 +26,11 @@ typedef void (*pd_fn)(void *arg, const prof *p, const addr_obj *o, int sign);
 
 /* Calls fn for every live sample of b that is not in a, then for every one
  * of a that is not in b. Two samples are one when they have the same
- * address, birth time and size, and their sites map to the same id in
- * site_a / site_b (the caller's cross-file site ids, indexed by the
- * profiles' site numbers): an address reused by another object between A
- * and B is a death and a birth. */
-void pd_changes(const prof *a, const uint32_t *site_a, const prof *b, const uint32_t *site_b,
-                pd_fn fn, void *arg);
+ * address, birth time, size and thread: an address reused by another
+ * object between A and B is a death and a birth. Their sites are not
+ * compared: files of one session may come from tools that name frames
+ * differently (memlyze snapshot, the gdb and lldb scripts). */
+void pd_changes(const prof *a, const prof *b, pd_fn fn, void *arg);
 
 /* A paired growth: the born and the died samples' weights and variance
  * terms, summed apart. */

@@ -170,6 +170,10 @@ python3 "$CANON" "$T/gdb.mlyze" --funcs '^(site_|churn$|main$)' > "$T/gdb.canon"
 python3 "$CANON" "$T/cli.mlyze" --funcs '^(site_|churn$|main$)' > "$T/cli.canon"
 check "same stop: gdb and memlyze snapshot PID have the same samples and stacks" \
     bash -c "[ \$(wc -l < '$T/gdb.canon') -ge 1124 ] && diff '$T/gdb.canon' '$T/cli.canon'"
+# gdb names some frames otherwise (relative file names, inlines): memlyze
+# diff still pairs the two files' samples, one session, the same heap.
+check "same stop: memlyze diff of the two pairs every sample (growth 0, none born or died)" \
+    bash -c "'$MEMLYZE' diff '$T/cli.mlyze' '$T/gdb.mlyze' | head -1 | grep -q 'growth 0 B ± 0 B (paired: 0 samples born, 0 died)'"
 "$MEMLYZE" top --json -n 50 "$T/gdb.mlyze" > "$T/gdb.json"
 for want in site_16:16000 site_4k:409600 site_64k:1310720 site_1m:4194304; do
     check "gdb snapshot: ${want%%:*} exact (${want#*:} B)" test "$(site "$T/gdb.json" "${want%%:*}")" = "${want#*:}"

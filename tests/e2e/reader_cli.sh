@@ -119,4 +119,27 @@ sed 's/^alloc dt=0 t=0 /alloc dt=1000000 t=0 /' "$SEEDS/trace.txt" > "$T/late.tx
 "$MEMLYZE" undump -o "$T/late.mlyze" "$T/late.txt"
 check "diff from an empty heap says so, not +0.0%" bash -c \
     "'$MEMLYZE' diff --from 0.5 --to 1e9 '$T/late.mlyze' | head -1 | grep -q '^live heap 0 B -> .* (from nothing); '"
+# Inputs that are no files: a FIFO nobody writes is refused at once (its
+# open used to wait for a writer forever), /dev/zero and a directory are
+# refused by undump (it read /dev/zero into memory without end), an empty
+# file is no dumpalloc recording.
+mkfifo "$T/in.fifo"
+for c in "validate" "stats" "top" "dump" "tree" "leaks" "temporary" "diff $T/dev.mlyze" \
+         "convert --format v1 -o $T/fifo.conv" "export --format pprof -o $T/fifo.pb" "flamegraph -o $T/fifo.svg" \
+         "timeline -o $T/fifo.tl.svg" "finalize -o $T/fifo.fin" "import dumpalloc -o $T/fifo.da" \
+         "import heaptrack -o $T/fifo.ht" "replay"; do
+    check "$c FIFO: refused at once, one line" bash -c "out=\$(timeout 10 '$MEMLYZE' $c '$T/in.fifo' 2>&1); rc=\$?
+        [ \$rc -eq 1 ] && [ \$(wc -l <<<\"\$out\") -eq 1 ] && grep -q 'not a regular file' <<<\"\$out\""
+done
+check "retainers FIFO: refused at once" bash -c "timeout 10 '$MEMLYZE' retainers --site x '$T/in.fifo' 2>/dev/null; [ \$? -eq 1 ]"
+out=$(timeout 10 "$MEMLYZE" undump -o "$T/devzero.mlyze" /dev/zero 2>&1); rc=$?
+check "undump /dev/zero: refused at its first line" bash -c "[ $rc -eq 1 ] && grep -q '^memlyze undump: /dev/zero:1: not memlyze dump text' <<<\"\$0\" && [ ! -e '$T/devzero.mlyze' ]" "$out"
+out=$("$MEMLYZE" undump -o "$T/dir.mlyze" "$T" 2>&1); rc=$?
+check "undump of a directory names the cause" bash -c "[ $rc -eq 1 ] && grep -q 'Is a directory' <<<\"\$0\"" "$out"
+: > "$T/empty.bin"
+out=$("$MEMLYZE" undump -o "$T/empty.mlyze" "$T/empty.bin" 2>&1); rc=$?
+check "undump of an empty file: empty input" bash -c "[ $rc -eq 1 ] && grep -q 'empty input' <<<\"\$0\"" "$out"
+out=$("$MEMLYZE" import dumpalloc -o "$T/empty.da.mlyze" "$T/empty.bin" 2>&1); rc=$?
+check "import dumpalloc of an empty file: refused, nothing written" bash -c "[ $rc -eq 1 ] && grep -q 'empty file: no dumpalloc record' <<<\"\$0\" && [ ! -e '$T/empty.da.mlyze' ]" "$out"
+
 finish

@@ -1,7 +1,9 @@
 /*
  * test_pairdiff.c - the paired diff estimator (report/pairdiff.c) on
  * hand-made snapshot pairs: shared samples cancel, born and died ones
- * count, an address reused by another object is a death and a birth, and
+ * count, an address reused by another object is a death and a birth, a
+ * sample named differently in the two files (gdb's snapshot vs memlyze's)
+ * is still one sample, and
  * the interval is exact zero with no change, normal with many samples,
  * and skewed upwards with few.
  */
@@ -14,7 +16,10 @@
 
 #define RATE 524288
 
-typedef struct smp { uint64_t addr, t, size, stack; } smp;
+typedef struct smp { uint64_t addr, t, size, stack, thread; } smp;   /* thread 0: 1 */
+
+/* The name snap() gives stack 1's function: gdb names main "main()". */
+static const char *name_f = "f";
 
 static char dir[] = "/tmp/mlz-pairdiff.XXXXXX";
 
@@ -29,26 +34,24 @@ static const char *snap(const char *name, const char *session, int pid, uint64_t
     int ml = snprintf(meta, sizeof meta,
                       "{\"kind\":\"snapshot\",\"rate\":%llu,\"pid\":%d%s%s%s,\"stack_traces\":{"
                       "\"1\":[{\"file_id\":0,\"line\":1,\"func_id\":0}],\"2\":[{\"file_id\":0,\"line\":2,\"func_id\":1}]},"
-                      "\"files\":{\"0\":\"t.c\"},\"functions\":{\"0\":\"f\",\"1\":\"g\"}}",
+                      "\"files\":{\"0\":\"t.c\"},\"functions\":{\"0\":\"%s\",\"1\":\"g\"}}",
                       (unsigned long long)rate, pid, session ? ",\"session\":\"" : "", session ? session : "",
-                      session ? "\"" : "");
+                      session ? "\"" : "", name_f);
     mlz_writer_opts o = { .start_us = 1000, .meta = meta, .meta_len = (size_t)ml, .replace = 1,
                           .buf = buf, .buf_size = sizeof buf };
     int rc = mlz_writer_open(&w, path, &o);
-    for (size_t i = 0; !rc && i < n; i++) rc = mlz_writer_alloc(&w, 1000 + s[i].t, s[i].addr, s[i].size, s[i].stack, 1);
+    for (size_t i = 0; !rc && i < n; i++) rc = mlz_writer_alloc(&w, 1000 + s[i].t, s[i].addr, s[i].size, s[i].stack, (uint16_t)(s[i].thread ? s[i].thread : 1));
     if (!rc) rc = mlz_writer_close(&w);
     return rc ? NULL : path;
 }
 
-typedef struct side { mlz_reader *r; prof p; uint32_t ids[4]; } side;
+typedef struct side { mlz_reader *r; prof p; } side;
 
 static int load(side *s, const char *path)
 {
     mlz_error e = { 0 };
     if (!path || !(s->r = mlz_reader_open(path, 0, &e))) return -1;
     if (prof_replay(&s->p, s->r, UINT64_MAX, &e)) { mlz_reader_close(s->r); return -1; }
-    /* Both files list the same stacks: the site numbers are the ids. */
-    for (uint32_t i = 0; i < 4; i++) s->ids[i] = i;
     return 0;
 }
 
@@ -79,7 +82,7 @@ static int pair(const smp *a, size_t na, const smp *b, size_t nb, seen *out)
     memset(out, 0, sizeof *out);
     if (load(&sa, snap("a.mlyze", "7.1", 7, RATE, a, na))) return -1;
     if (load(&sb, snap("b.mlyze", "7.1", 7, RATE, b, nb))) { unload(&sa); return -1; }
-    pd_changes(&sa.p, sa.ids, &sb.p, sb.ids, on_change, out);
+    pd_changes(&sa.p, &sb.p, on_change, out);
     unload(&sa);
     unload(&sb);
     return 0;
@@ -87,8 +90,8 @@ static int pair(const smp *a, size_t na, const smp *b, size_t nb, seen *out)
 
 static void test_shared_born_died(void)
 {
-    smp a[] = { { 0x1000, 10, 100, 1 }, { 0x2000, 20, 5000, 2 }, { 0x4000, 25, 70000, 1 } };
-    smp b[] = { { 0x1000, 10, 100, 1 }, { 0x4000, 25, 70000, 1 }, { 0x3000, 30, 200, 1 } };
+    smp a[] = { { 0x1000, 10, 100, 1, 0 }, { 0x2000, 20, 5000, 2, 0 }, { 0x4000, 25, 70000, 1, 0 } };
+    smp b[] = { { 0x1000, 10, 100, 1, 0 }, { 0x4000, 25, 70000, 1, 0 }, { 0x3000, 30, 200, 1, 0 } };
     seen s;
     REQUIRE(pair(a, 3, b, 3, &s) == 0);
     CHECK(s.born == 1 && s.born_addr[0] == 0x3000);
@@ -102,7 +105,7 @@ static void test_shared_born_died(void)
 
 static void test_unchanged_is_exactly_zero(void)
 {
-    smp a[] = { { 0x1000, 10, 100, 1 }, { 0x2000, 20, 5000, 2 } };
+    smp a[] = { { 0x1000, 10, 100, 1, 0 }, { 0x2000, 20, 5000, 2, 0 } };
     seen s;
     REQUIRE(pair(a, 2, a, 2, &s) == 0);
     CHECK(s.born == 0 && s.died == 0);
@@ -115,9 +118,9 @@ static void test_address_reused(void)
 {
     /* The object at 0x1000 was freed and another took its address: same
      * size and site, later birth. Also: same address and time, another size
-     * or another site - other objects too. */
-    smp a[] = { { 0x1000, 10, 100, 1 }, { 0x2000, 20, 300, 1 }, { 0x5000, 20, 300, 1 } };
-    smp b[] = { { 0x1000, 40, 100, 1 }, { 0x2000, 20, 301, 1 }, { 0x5000, 20, 300, 2 } };
+     * or another thread - other objects too. */
+    smp a[] = { { 0x1000, 10, 100, 1, 0 }, { 0x2000, 20, 300, 1, 0 }, { 0x5000, 20, 300, 1, 3 } };
+    smp b[] = { { 0x1000, 40, 100, 1, 0 }, { 0x2000, 20, 301, 1, 0 }, { 0x5000, 20, 300, 1, 4 } };
     seen s;
     REQUIRE(pair(a, 3, b, 3, &s) == 0);
     CHECK(s.born == 3 && s.died == 3);
@@ -128,9 +131,31 @@ static void test_address_reused(void)
     CHECK(lo < pd_value(&s.g[0]) && hi > pd_value(&s.g[0]));
 }
 
+/* The gdb script names some frames unlike memlyze snapshot (main() for
+ * main, relative file names): its snapshot of an unchanged heap still
+ * pairs every sample with memlyze's. */
+static void test_named_differently(void)
+{
+    smp a[] = { { 0x1000, 10, 100, 1, 0 }, { 0x2000, 20, 5000, 2, 0 } };
+    side sa, sb;
+    seen s;
+    memset(&s, 0, sizeof s);
+    REQUIRE(load(&sa, snap("a.mlyze", "7.1", 7, RATE, a, 2)) == 0);
+    name_f = "f()";
+    int rc = load(&sb, snap("b.mlyze", "7.1", 7, RATE, a, 2));
+    name_f = "f";
+    if (rc) unload(&sa);
+    REQUIRE(rc == 0);
+    CHECK(sa.p.nsites == 2 && sb.p.nsites == 2);
+    pd_changes(&sa.p, &sb.p, on_change, &s);
+    CHECK(s.born == 0 && s.died == 0);
+    unload(&sa);
+    unload(&sb);
+}
+
 static void test_sessions(void)
 {
-    smp a[] = { { 0x1000, 10, 100, 1 } };
+    smp a[] = { { 0x1000, 10, 100, 1, 0 } };
     side x, y;
     const char *why = NULL;
     REQUIRE(load(&x, snap("x.mlyze", "7.1", 7, RATE, a, 1)) == 0);
@@ -181,6 +206,7 @@ int main(int argc, char **argv)
     RUN(test_shared_born_died);
     RUN(test_unchanged_is_exactly_zero);
     RUN(test_address_reused);
+    RUN(test_named_differently);
     RUN(test_sessions);
     RUN(test_interval);
     const char *names[] = { "a.mlyze", "b.mlyze", "x.mlyze", "y.mlyze" };
