@@ -28,6 +28,8 @@ static const char usage[] =
     "  -r, --rate BYTES      mean bytes between samples (default 512k; 1 = every allocation)\n"
     "  -o, --output FILE     the trace detach writes (default memlyze.PID.mlyze here)\n"
     "      --seed N          draw the samples from seed N (reproducible runs, tests)\n"
+    "      --max-live N      room for N live samples (with -r 1: objects) in the heap map\n"
+    "                        (default 2^20 slots, 600k small objects at -r 1; 64 bytes a slot, touched as used)\n"
     "      --unwind fp|dwarf stack unwinder in the target (default dwarf: also walks code\n"
     "                        built without frame pointers)\n"
     "      --timeout MS      give up waiting for a safe point after MS (default 5000)\n"
@@ -121,6 +123,7 @@ static int resolve_hooks(pid_t pid, hook_arg *h, int n)
 typedef struct attach_args {
     mlz_cli o;
     unsigned long long rate, seed;
+    unsigned map_log2;               /* --max-live, or 0 */
     const char *unwind;
     char payload[PATH_MAX];
     int flags;                       /* MLZ_PRE_* for the preflight */
@@ -146,11 +149,12 @@ static int parse_args(int argc, char **argv, attach_args *a, int *exit_code)
 {
     const char *bad;
     int c;
-    enum { O_UNWIND = MLZ_OPT_FIRST_OWN, O_PAYLOAD, O_SECCOMP, O_SEED, O_HOOK };
+    enum { O_UNWIND = MLZ_OPT_FIRST_OWN, O_PAYLOAD, O_SECCOMP, O_SEED, O_HOOK, O_MAX_LIVE };
     static const struct option opts[] = {
         { "rate", required_argument, 0, 'r' }, { "unwind", required_argument, 0, O_UNWIND },
         { "payload", required_argument, 0, O_PAYLOAD }, { "allow-seccomp", no_argument, 0, O_SECCOMP },
-        { "seed", required_argument, 0, O_SEED }, { "hook", required_argument, 0, O_HOOK }, MLZ_CLI_OPTIONS };
+        { "seed", required_argument, 0, O_SEED }, { "hook", required_argument, 0, O_HOOK },
+        { "max-live", required_argument, 0, O_MAX_LIVE }, MLZ_CLI_OPTIONS };
     *exit_code = 0;
     while ((c = getopt_long(argc, argv, "r:o:vqh", opts, NULL)) != -1) {
         int k = mlz__cli_option(c, optarg, &a->o, &bad);
@@ -165,6 +169,12 @@ static int parse_args(int argc, char **argv, attach_args *a, int *exit_code)
         case O_PAYLOAD: snprintf(a->payload, sizeof a->payload, "%s", optarg); break;
         case O_SECCOMP: a->flags |= MLZ_PRE_ALLOW_SECCOMP; break;
         case O_SEED: if (parse_bytes(optarg, &a->seed)) return *exit_code = die_usage("bad --seed"), -1; break;
+        case O_MAX_LIVE: {
+            unsigned long long n;
+            if (parse_bytes(optarg, &n) || !(a->map_log2 = memlyze_map_log2_for(n)))
+                return *exit_code = die_usage("--max-live takes 1 to 134m"), -1;
+            break;
+        }
         case O_HOOK:
             if (a->nhooks == MAX_HOOKS) return *exit_code = die_usage("at most 16 --hook"), -1;
             switch (parse_hook(optarg, &a->hooks[a->nhooks++])) {
@@ -261,6 +271,8 @@ static int start_payload(attach_args *a, attach_run *x)
         cl += snprintf(config + cl, sizeof config - (size_t)cl, ";nice=%d", x->s.r.nice);
     if (a->seed && cl > 0 && (size_t)cl < sizeof config)
         cl += snprintf(config + cl, sizeof config - (size_t)cl, ";seed=%llu", a->seed);
+    if (a->map_log2 && cl > 0 && (size_t)cl < sizeof config)
+        cl += snprintf(config + cl, sizeof config - (size_t)cl, ";map_log2=%u", a->map_log2);
     for (int k = 0; k < a->nhooks && cl > 0 && (size_t)cl < sizeof config; k++)
         cl += snprintf(config + cl, sizeof config - (size_t)cl, ";hook=%s:%s:0x%llx:0x%llx", a->hooks[k].kind,
                        a->hooks[k].symbol, (unsigned long long)a->hooks[k].addr, (unsigned long long)a->hooks[k].size);

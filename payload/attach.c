@@ -217,11 +217,12 @@ static void add_families(void)
             add_named(f->name, strlen(f->name), mlz__kind_of(f->kind, strlen(f->kind)), 0, 0, MLZ_GOT_HOOK_ALLOC);
 }
 
-/* "rate=524288;spool=/path;unwind=fp;seed=7;hook=malloc:my_alloc"; unknown
+/* "rate=524288;spool=/path;unwind=fp;seed=7;map_log2=22;hook=malloc:my_alloc"; unknown
  * keys are ignored so older payloads accept newer injectors' strings. */
 static int parse_config(const char *cfg)
 {
     mlz__g.drain_nice_set = 0;   /* each attach says it again, or the drain inherits */
+    mlz__g.map_log2 = 0;         /* likewise --max-live */
     while (cfg && *cfg) {
         const char *end = strchr(cfg, ';');
         size_t len = end ? (size_t)(end - cfg) : strlen(cfg);
@@ -264,6 +265,14 @@ static int parse_config(const char *cfg)
             } else if (klen == 4 && !memcmp(cfg, "hook", 4)) {
                 int e = add_hook_spec(v, vlen);
                 if (e) return e;
+            } else if (klen == 8 && !memcmp(cfg, "map_log2", 8)) {
+                unsigned l = 0;
+                for (size_t i = 0; i < vlen && i < 3; i++) {
+                    if (v[i] < '0' || v[i] > '9') return -EINVAL;
+                    l = l * 10 + (unsigned)(v[i] - '0');
+                }
+                if (l < MEMLYZE_MAP_LOG2_MIN || l > MEMLYZE_MAP_LOG2_MAX) return -EINVAL;
+                mlz__g.map_log2 = l;
             } else if (klen == 6 && !memcmp(cfg, "unwind", 6)) {
                 mlz__g.unwinder = vlen == 2 && !memcmp(v, "fp", 2) ? MLZ_UNWIND_FP : MLZ_UNWIND_DWARF;
             }

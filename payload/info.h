@@ -73,6 +73,17 @@
 /* The heap map has 2^log2 slots, log2 in [MIN, MAX] ($MEMLYZE_MAP_LOG2). */
 #define MEMLYZE_MAP_LOG2_MIN 8
 #define MEMLYZE_MAP_LOG2_MAX 28
+
+/* The map size (log2) for up to n live samples (--max-live of memlyze-attach
+ * and memlyze run): twice n, since blocks close in memory share homes and a
+ * dense heap of small blocks fills the map from 60% on (docs/DESIGN.md); 0 if
+ * n is beyond the largest map. */
+static inline unsigned memlyze_map_log2_for(unsigned long long n)
+{
+    for (unsigned l = MEMLYZE_MAP_LOG2_MIN; l <= MEMLYZE_MAP_LOG2_MAX; l++)
+        if (n <= (1ull << l) / 2) return l;
+    return 0;
+}
 /* Bounds a reader checks before it trusts the descriptor's sizes. */
 #define MEMLYZE_ENTRY_SIZE_MIN 56
 #define MEMLYZE_RECORD_SIZE_MAX 4096

@@ -117,6 +117,7 @@ typedef struct mlz_global {
     uint64_t min_free;               /* bytes to leave free where the spool is; 0 = no floor */
     int min_free_set;                /* by MEMLYZE_MIN_FREE_MB (else at most 5% of the file system) */
     int unwinder;
+    unsigned map_log2;               /* the heap map's size asked for (memlyze-attach --max-live), or 0 */
     int follow_fork;
     int coverage;                    /* GOT mode: write the blind-spot report */
     int drain_nice, drain_nice_set;  /* attached: the borrowed thread's own nice (else inherited) */

@@ -112,8 +112,9 @@ int mlz__init(void)
      * slots filled at 280 MiB. */
     unsigned log2 = 16;
     while (log2 < 20 && (mlz__g.rate <= 1 || (mlz__g.rate << log2) < (32ull << 30))) log2++;
-    const char *v = getenv("MEMLYZE_MAP_LOG2");
+    const char *v = getenv("MEMLYZE_MAP_LOG2");   /* memlyze run --max-live */
     if (v && parse_size(v) >= MEMLYZE_MAP_LOG2_MIN && parse_size(v) <= MEMLYZE_MAP_LOG2_MAX) log2 = (unsigned)parse_size(v);
+    if (mlz__g.map_log2) log2 = mlz__g.map_log2;   /* memlyze-attach --max-live */
     if (mlz_heapmap_init(&mlz__g.map, log2)) return -1;
     if (mlz_stacktab_init(&mlz__g.stacks, MLZ_STACKTAB_DEFAULT_MAX, MLZ_STACKTAB_DEFAULT_ARENA)) {
         mlz_heapmap_destroy(&mlz__g.map);

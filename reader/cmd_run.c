@@ -437,7 +437,7 @@ static int check_output(const char *out)
 static int run(int argc, char **argv)
 {
     const char *out = NULL, *unwind = NULL;
-    char rate[24] = "", seed[24] = "";
+    char rate[24] = "", seed[24] = "", map_log2[8] = "";
     int encoding = MLZ_ENC_SPLIT, compress = 0, follow = 0, got = 0, coverage = 0, c, nhooks = 0;
     const char *hook_args[MAX_HOOKS];
     char hooks[MAX_HOOKS * 128] = "";
@@ -446,7 +446,8 @@ static int run(int argc, char **argv)
         { "unwind", required_argument, 0, 'u' }, { "seed", required_argument, 0, 's' },
         { "compress", no_argument, 0, 'z' }, { "follow-fork", no_argument, 0, 'F' },
         { "got", no_argument, 0, 'G' }, { "coverage", no_argument, 0, 'C' },
-        { "format", required_argument, 0, 'E' }, { "hook", required_argument, 0, 'H' }, { 0, 0, 0, 0 } };
+        { "format", required_argument, 0, 'E' }, { "hook", required_argument, 0, 'H' },
+        { "max-live", required_argument, 0, 'M' }, { 0, 0, 0, 0 } };
     while ((c = getopt_long(argc, argv, "+r:o:z", opts, NULL)) != -1) {
         switch (c) {
         case 'r': {
@@ -469,6 +470,13 @@ static int run(int argc, char **argv)
             if (errno || end == optarg || *end || optarg[0] == '-' || v == 0)
                 return cli_usage_error(&cmd_run, "--seed takes a positive integer");
             snprintf(seed, sizeof seed, "%llu", v);
+            break;
+        }
+        case 'M': {
+            int64_t n = mlz_size_parse(optarg);
+            unsigned l = n > 0 ? memlyze_map_log2_for((unsigned long long)n) : 0;
+            if (!l) return cli_usage_error(&cmd_run, "--max-live takes 1 to 134m");
+            snprintf(map_log2, sizeof map_log2, "%u", l);
             break;
         }
         case 'z': compress = 1; break;
@@ -524,6 +532,7 @@ static int run(int argc, char **argv)
         if (rate[0]) setenv("MEMLYZE_RATE", rate, 1);
         if (unwind) setenv("MEMLYZE_UNWIND", unwind, 1);
         if (seed[0]) setenv("MEMLYZE_SEED", seed, 1);
+        if (map_log2[0]) setenv("MEMLYZE_MAP_LOG2", map_log2, 1);
         if (follow) setenv("MEMLYZE_FOLLOW_FORK", "1", 1);
         if (got) setenv("MEMLYZE_MODE", "got", 1);
         if (coverage) setenv("MEMLYZE_COVERAGE", "1", 1);
@@ -573,7 +582,7 @@ static int run(int argc, char **argv)
 
 const mlz_command cmd_run = {
     "run", run, "run a program under the profiler and write its trace",
-    "usage: memlyze run [-r BYTES] [-o FILE] [--unwind fp|dwarf] [--format split|v1|lz4] [-z] [--follow-fork] [--got] [--coverage] [--hook SYMBOL=KIND] -- CMD [ARGS]\n"
+    "usage: memlyze run [-r BYTES] [-o FILE] [--unwind fp|dwarf] [--format split|v1|lz4] [-z] [--max-live N] [--follow-fork] [--got] [--coverage] [--hook SYMBOL=KIND] -- CMD [ARGS]\n"
     "\n"
     "Runs CMD with the memlyze sampler preloaded (LD_PRELOAD) and, when it\n"
     "exits, writes its symbolized trace. Exits with CMD's status (or dies by its\n"
@@ -585,6 +594,8 @@ const mlz_command cmd_run = {
     "  --unwind fp|dwarf   stack unwinder (default dwarf: also walks code built without\n"
     "                      frame pointers; fp is cheaper per sample)\n"
     "  --seed N            fixed sampling seed (reproducible runs)\n"
+    "  --max-live N        room for N live samples (with -r 1: objects) in the heap map\n"
+    "                      (default 2^20 slots, 600k small objects at -r 1; 64 bytes a slot, touched as used)\n"
     "  --format ENC        split (default: split-stream zstd blocks, indexed), v1\n"
     "                      (the plain v1 format) or lz4 (v1 in LZ4 blocks, indexed)\n"
     "  -z, --compress      v1 in LZ4 blocks (same as --format lz4)\n"

@@ -39,13 +39,19 @@ int mlz_loss_describe(const json_t *counters, uint64_t rate, char *buf, size_t l
         snprintf(moving, sizeof moving, "%sthe heap was read while the program ran (%.1f ms): %llu of these objects "
                  "were born meanwhile, and as many freed meanwhile may be counted too",
                  given_up || frees || *disk || shift ? "; " : "", counter(counters, "read_us") / 1000.0, born);
+    /* A full heap map has a remedy: a bigger one. */
+    char full[200] = "";
+    unsigned long long full_drops = counter(counters, "map_full_drops"), cap = counter(counters, "map_capacity");
+    if (full_drops)
+        snprintf(full, sizeof full, "; %llu of them found the heap map full (%llu slots): memlyze-attach and memlyze "
+                 "run take --max-live N for more", full_drops, cap);
     if (!given_up && !frees && !*disk && !shift && !born) return 0;
     if (!given_up && !frees)
         snprintf(buf, len, "%s%s%s%s", *disk ? "recording incomplete" : "", disk, raised, moving);
     else
         snprintf(buf, len, "events lost while recording: %llu samples given up (estimates are low), "
-                 "%llu frees not recorded (as many objects may show as live)%s%s%s", given_up, frees, disk, raised,
-                 moving);
+                 "%llu frees not recorded (as many objects may show as live)%s%s%s%s", given_up, frees, full, disk,
+                 raised, moving);
     return 1;
 }
 

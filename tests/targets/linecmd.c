@@ -2,6 +2,7 @@
  * linecmd.c - a target driven by lines on standard input, each answered by
  * one line "done" (attach_nofd.sh, attach_spool_full.sh):
  *   keep    100 blocks of 1000 B from kept_site, kept
+ *   many    5000 blocks of 24 B from many_site, kept (max_live.sh)
  *   churn   200000 malloc/free of 32 B (about 2.4 MB of exact-mode spool)
  *   fill    opens /dev/null until no descriptor is left (RLIMIT_NOFILE is
  *           128 from the start); unfill closes them again
@@ -24,6 +25,8 @@ static void *volatile keep[1000];   /* volatile, or the compiler drops the calls
 static int nkeep, fds[256], nfds;
 
 __attribute__((noinline)) static void kept_site(void) { keep[nkeep++] = malloc(1000); }
+static void *volatile *many;
+__attribute__((noinline)) static void many_site(int i) { many[i] = malloc(24); }
 
 int main(void)
 {
@@ -36,6 +39,8 @@ int main(void)
         int fd;
         if (!strncmp(line, "keep", 4))
             for (int i = 0; i < 100 && nkeep < 1000; i++) kept_site();
+        if (!strncmp(line, "many", 4) && !many && (many = calloc(5000, sizeof *many)))
+            for (int i = 0; i < 5000; i++) many_site(i);
         if (!strncmp(line, "churn", 5))
             for (int i = 0; i < 200000; i++) { sink = malloc(32); free(sink); }
         if (!strncmp(line, "fill", 4))
