@@ -142,4 +142,10 @@ check "undump of an empty file: empty input" bash -c "[ $rc -eq 1 ] && grep -q '
 out=$("$MEMLYZE" import dumpalloc -o "$T/empty.da.mlyze" "$T/empty.bin" 2>&1); rc=$?
 check "import dumpalloc of an empty file: refused, nothing written" bash -c "[ $rc -eq 1 ] && grep -q 'empty file: no dumpalloc record' <<<\"\$0\" && [ ! -e '$T/empty.da.mlyze' ]" "$out"
 
+# The HTTP server library (with gnutls and eight more) and libstdc++ are
+# loaded by the commands that use them (serve; a C++ name to demangle), not
+# by every command at its start (they took half of it).
+check "memlyze --help loads neither libmicrohttpd, gnutls nor libstdc++" bash -c "
+    out=\$(LD_DEBUG=libs '$MEMLYZE' --help 2>&1 >/dev/null); grep -q 'calling init' <<<\"\$out\" &&
+    ! grep 'calling init' <<<\"\$out\" | grep -q 'microhttpd\|gnutls\|libstdc++'"
 finish
