@@ -453,6 +453,23 @@ static int read_roots(dump *d)
     return 0;
 }
 
+/* When memlyze-attach loaded the profiler into pid (its record, as the
+ * process sees /tmp: injector/state.c), or 0: loaded at its start. */
+static long long attached_at(pid_t pid)
+{
+    char path[96], line[4200];
+    snprintf(path, sizeof path, "/proc/%d/root/tmp/memlyze-%d/state", (int)pid, (int)pid);
+    FILE *f = fopen(path, "r");
+    long long at = 0;
+    unsigned long long ticks = 0;
+    while (f && fgets(line, sizeof line, f)) {
+        if (!strncmp(line, "attached_at=", 12)) at = atoll(line + 12);
+        else if (!strncmp(line, "start_ticks=", 12)) ticks = strtoull(line + 12, NULL, 10);
+    }
+    if (f) fclose(f);
+    return ticks && ticks == mlz_proc_start_ticks(pid) ? at : 0;
+}
+
 /* The live objects: the snapshot writes the .mlyze (with the link to this
  * dump) and, in its `seen` step, copies the objects' bytes and lets the
  * threads go before it symbolizes. */
@@ -467,6 +484,10 @@ static int snapshot_heap(dump *d, const char *arc_path, const char *mlyze_path, 
     json_object_set_new(hd, "id", json_string(idhex));
     json_object_set_new(hd, "arc", json_string(base ? base + 1 : arc_path));
     json_object_set(hd, "roots", d->jroots);
+    /* Attached while it ran (memlyze-attach's record): what it allocated
+     * before is neither a heap object of the dump nor a root. */
+    long long at = attached_at(d->pid);
+    if (at > 0) json_object_set_new(hd, "attached_at", json_integer(at));
     json_object_set_new(extra, "heapdump", hd);
     if (flags & HD_SHORT_PAUSE) {   /* the heap is read while the program runs */
         mlz__threads_detach_all(&d->g, 0);

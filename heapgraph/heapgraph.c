@@ -51,6 +51,7 @@ static int read_links(heapgraph *g, const char *arc, const char *side, char *err
     json_t *hd = json_object_get((json_t *)m->root, "heapdump");
     const char *id = json_string_value(json_object_get(hd, "id"));
     json_t *roots = json_object_get(hd, "roots");
+    g->attached_at = json_integer_value(json_object_get(hd, "attached_at"));
     if (!id || !json_is_array(roots))
         return errbuf_set(err, errlen, "%s is not the snapshot of a heap dump (no \"heapdump\" metadata)", side);
     const arc_obj *ro = &g->arc.objs[g->arc.root];

@@ -35,6 +35,7 @@ typedef struct heapgraph {
     size_t nroots;
     uint64_t heap_objects, heap_bytes;
     int64_t pid;
+    int64_t attached_at;      /* unix seconds memlyze-attach loaded the profiler, or 0 (from the start) */
     /* Strong edges, CSR: the words of node i are edges [first[i], first[i+1]). */
     uint32_t *first, *to, *at;    /* at: byte offset of the word in the source */
     size_t nedges;

@@ -44,8 +44,15 @@ static int run(int argc, char **argv)
     printf("process %lld: %llu live objects (%s), %llu reachable from %zu roots\n", (long long)g.pid,
            (unsigned long long)g.heap_objects, cli_bytes((double)g.heap_bytes, b1, sizeof b1),
            (unsigned long long)(g.heap_objects - nobj), g.nroots);
-    printf("definitely leaked: %llu objects, %s in %zu sites\n", (unsigned long long)nobj,
-           cli_bytes((double)nbytes, b2, sizeof b2), nsites);
+    /* Attached to a running program: memory it allocated before is not
+     * scanned, and what only that memory points to is unreachable here
+     * without being leaked. */
+    if (g.attached_at)
+        printf("note: memlyze-attach loaded the profiler into the running program: the memory it allocated before "
+               "is not known, not scanned, and an object only that memory points to is listed below as well "
+               "(memlyze run -r 1 from the start sees all)\n");
+    printf("%s: %llu objects, %s in %zu sites\n", g.attached_at ? "unreachable from the roots scanned" : "definitely leaked",
+           (unsigned long long)nobj, cli_bytes((double)nbytes, b2, sizeof b2), nsites);
     if (nsites) printf("%12s  %8s  %s\n", "bytes", "objects", "site");
     for (size_t i = 0; i < nsites; i++) {
         char lab[2048];
@@ -72,5 +79,8 @@ const mlz_command cmd_leakcheck = {
     "is taken first (see memlyze heapdump) and removed; with FILE.arc, its\n"
     "FILE.mlyze must lie beside it.\n"
     "Prints the totals, then bytes, objects and site (allocating function <-\n"
-    "its caller) of each leaking site, largest first.\n",
+    "its caller) of each leaking site, largest first.\n"
+    "Attached to a running program (memlyze-attach), the memory allocated\n"
+    "before the attach is not scanned: objects only it points to are listed\n"
+    "too, as \"unreachable from the roots scanned\", with a note.\n",
 };

@@ -3,6 +3,8 @@
  * one line "done" (attach_nofd.sh, attach_spool_full.sh):
  *   keep    100 blocks of 1000 B from kept_site, kept
  *   many    5000 blocks of 24 B from many_site, kept (max_live.sh)
+ *   stash   100 blocks of 200 B from stash_site, kept only in a table
+ *           allocated at the start, before any attach (heapgraph.sh)
  *   churn   200000 malloc/free of 32 B (about 2.4 MB of exact-mode spool)
  *   fill    opens /dev/null until no descriptor is left (RLIMIT_NOFILE is
  *           128 from the start); unfill closes them again
@@ -25,7 +27,8 @@ static void *volatile keep[1000];   /* volatile, or the compiler drops the calls
 static int nkeep, fds[256], nfds;
 
 __attribute__((noinline)) static void kept_site(void) { keep[nkeep++] = malloc(1000); }
-static void *volatile *many;
+static void *volatile *many, **stash;
+__attribute__((noinline)) static void stash_site(int i) { stash[i] = malloc(200); }
 __attribute__((noinline)) static void many_site(int i) { many[i] = malloc(24); }
 
 int main(void)
@@ -34,6 +37,7 @@ int main(void)
     setrlimit(RLIMIT_NOFILE, &files);
     char line[32];
     setvbuf(stdout, NULL, _IOLBF, 0);
+    stash = calloc(100, sizeof *stash);
     printf("ready\n");
     while (fgets(line, sizeof line, stdin)) {
         int fd;
@@ -41,6 +45,8 @@ int main(void)
             for (int i = 0; i < 100 && nkeep < 1000; i++) kept_site();
         if (!strncmp(line, "many", 4) && !many && (many = calloc(5000, sizeof *many)))
             for (int i = 0; i < 5000; i++) many_site(i);
+        if (!strncmp(line, "stash", 5) && stash)
+            for (int i = 0; i < 100; i++) stash_site(i);
         if (!strncmp(line, "churn", 5))
             for (int i = 0; i < 200000; i++) { sink = malloc(32); free(sink); }
         if (!strncmp(line, "fill", 4))
