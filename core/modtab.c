@@ -8,10 +8,21 @@
  * reach the snapshot through one atomic pointer and never write to it, so
  * a lookup is a load-acquire plus a binary search, safe in a signal handler.
  *
- * Refreshes are serialised by a try-lock flag rather than a mutex: a second
- * refresher returns -EBUSY instead of blocking (the running one publishes a
- * snapshot at least as new). The retired list is touched only by the flag
- * holder.
+ * Refreshes are serialised by a try-lock flag rather than a mutex. A
+ * refresh asked for while another runs waits until one that began after the
+ * request is published (the running one may have walked the modules before
+ * the dlopen that asked finished: the new library would stay unknown until
+ * the drain's next round, and its first allocations lose their callers).
+ * The retired list is touched only by the flag holder.
+ *
+ * Fork: glibc's fork resets ld.so's load lock in the child but not the one
+ * dl_iterate_phdr takes. A fork while any thread walks leaves the child a
+ * lock that nobody will release. So a fork waits for our own walks to end,
+ * and none starts until it is done (mlz_modtab_fork_prepare/_parent): the
+ * program's child never inherits that lock from us. Our fork child cannot
+ * know whether one of the program's threads was walking: it does not walk
+ * (the table it inherited holds the same mappings) until the program shows
+ * the lock free by a dlopen or dlclose that returned (mlz_modtab_lock_seen).
  */
 #include "modtab.h"
 
@@ -22,7 +33,9 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <string.h>
+#include <sched.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 #define MODTAB_FILL_TRIES 4
@@ -48,6 +61,55 @@ static _Atomic(snap *) g_retired;
 static uint64_t g_generation;              /* owned by the g_busy holder */
 static atomic_flag g_busy = ATOMIC_FLAG_INIT;
 static uint64_t (*_Atomic g_now_ns)(void);
+/* Refreshes asked for, and the count the latest published snapshot covers. */
+static _Atomic uint64_t g_asked, g_served;
+/* Fork safety (above): our threads inside dl_iterate_phdr, a fork between
+ * its prepare and parent handlers, a fork child not walking yet. */
+static _Atomic int g_walkers, g_forking, g_walk_unsafe;
+
+/* 1 if this thread may walk the modules now (then walk_end after), else 0. */
+static int walk_begin(void)
+{
+    if (atomic_load(&g_walk_unsafe)) return 0;
+    atomic_fetch_add(&g_walkers, 1);       /* seq_cst with g_forking: one of */
+    if (atomic_load(&g_forking)) {          /* the two sides sees the other */
+        atomic_fetch_sub(&g_walkers, 1);
+        return 0;
+    }
+    return 1;
+}
+
+static void walk_end(void) { atomic_fetch_sub(&g_walkers, 1); }
+
+/* A fork waits this long at most for a walk to end (a walk is microseconds;
+ * it only waits longer for the lock itself, held by a dlopen finishing). */
+#define FORK_WAIT_NS (500ull * 1000 * 1000)
+
+void mlz_modtab_fork_prepare(void)
+{
+    atomic_store(&g_forking, 1);
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    while (atomic_load(&g_walkers)) {
+        sched_yield();
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        if ((uint64_t)(t.tv_sec - t0.tv_sec) * 1000000000u + (uint64_t)t.tv_nsec - (uint64_t)t0.tv_nsec > FORK_WAIT_NS)
+            break;   /* a fork from a signal handler that interrupted our walk: let it go */
+    }
+}
+
+void mlz_modtab_fork_parent(void) { atomic_store(&g_forking, 0); }
+
+void mlz_modtab_fork_child(void)
+{
+    /* The only thread: whatever a parent thread held of ours is void. */
+    atomic_store(&g_walkers, 0);
+    atomic_store(&g_forking, 0);
+    atomic_store(&g_walk_unsafe, 1);
+    atomic_flag_clear(&g_busy);
+}
+
+void mlz_modtab_lock_seen(void) { atomic_store(&g_walk_unsafe, 0); }
 
 typedef struct fill_ctx {
     snap *s;                 /* NULL in the counting pass */
@@ -291,9 +353,17 @@ static snap *build_snapshot(void)
 
 int mlz_modtab_refresh(void)
 {
-    if (atomic_flag_test_and_set_explicit(&g_busy, memory_order_acquire))
-        return -EBUSY;
+    uint64_t ticket = atomic_fetch_add(&g_asked, 1) + 1;
+    for (;;) {
+        if (!walk_begin()) return -EAGAIN;
+        if (!atomic_flag_test_and_set_explicit(&g_busy, memory_order_acquire)) break;
+        walk_end();
+        if (atomic_load(&g_served) >= ticket) return 0;   /* one begun after the ask is out */
+        sched_yield();
+    }
+    uint64_t covers = atomic_load(&g_asked);   /* every ask so far: the walk begins after them */
     snap *s = build_snapshot();
+    walk_end();
     if (!s) {
         atomic_flag_clear_explicit(&g_busy, memory_order_release);
         return -ENOMEM;
@@ -306,6 +376,7 @@ int mlz_modtab_refresh(void)
         old->retired_next = atomic_load_explicit(&g_retired, memory_order_relaxed);
         atomic_store_explicit(&g_retired, old, memory_order_release);
     }
+    atomic_store(&g_served, covers);
     atomic_flag_clear_explicit(&g_busy, memory_order_release);
     return 0;
 }
@@ -346,7 +417,10 @@ int mlz_modtab_changed(void)
     fill_ctx c;
 
     memset(&c, 0, sizeof c);
+    if (!walk_begin())
+        return 0;                       /* not now (a fork, or a fork child) */
     dl_iterate_phdr(counts_cb, &c);
+    walk_end();
     if (!s || !c.have_counts)
         return 1;
     return c.adds != s->adds || c.subs != s->subs;

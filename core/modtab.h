@@ -59,8 +59,10 @@ void mlz__unwind_classify(mlz_module *m);
 /* Rebuild the snapshot with dl_iterate_phdr into fresh mmap'd memory and
  * publish it (release store); the previous one is retired, not unmapped.
  * Takes the loader lock: never call it on the sampling path or from a
- * signal handler. Returns 0, -ENOMEM, or -EBUSY if another refresh is
- * running (its snapshot will be at least as new). */
+ * signal handler. While another refresh runs, waits for one that began
+ * after this call. Returns 0, -ENOMEM, or -EAGAIN when modules may not be
+ * walked now (a fork is under way, or a fork child has not seen the loader
+ * lock free: see the fork functions below); the snapshot stays as it was. */
 int mlz_modtab_refresh(void);
 
 /* The module whose [start, end) holds pc in the current snapshot, or NULL
@@ -68,9 +70,21 @@ int mlz_modtab_refresh(void);
 const mlz_module *mlz_modtab_find(uint64_t pc);
 
 /* 1 if modules were loaded or unloaded since the current snapshot (compares
- * dl_iterate_phdr's dlpi_adds/dlpi_subs), or if there is no snapshot; else 0.
+ * dl_iterate_phdr's dlpi_adds/dlpi_subs), or if there is no snapshot; else 0
+ * (also when modules may not be walked now).
  * Cheap, but takes the loader lock: background thread only. */
 int mlz_modtab_changed(void);
+
+/* fork's atfork handlers: prepare waits for our walks of the modules to end
+ * (at most 0.5 s) and holds new ones back, so the child never inherits the
+ * lock dl_iterate_phdr takes from us (glibc resets ld.so's other locks in
+ * the child, not that one); the child does not walk until
+ * mlz_modtab_lock_seen, called after a dlopen or dlclose of the program
+ * returned (both take that lock: it is free). */
+void mlz_modtab_fork_prepare(void);
+void mlz_modtab_fork_parent(void);
+void mlz_modtab_fork_child(void);
+void mlz_modtab_lock_seen(void);
 
 /* The current snapshot's modules, sorted by start, and their count; NULL and
  * 0 if there is none. *generation (may be NULL) grows by one per refresh, so a

@@ -86,7 +86,10 @@ static void *hook_dlopen(const char *file, int mode)
         /* The new code may allocate at once: let the unwinder know it.
          * Unless a detach came while the real dlopen ran (its table is
          * gone: a refresh would map a new one nobody frees). */
-        if (h && atomic_load(&mlz__attached)) mlz_modtab_refresh();
+        if (h && atomic_load(&mlz__attached)) {
+            mlz__dlopen_seen(h);
+            mlz_modtab_refresh();
+        }
         return h;
     }
     char path[PATH_MAX];
@@ -313,7 +316,7 @@ static int got_attach(void)
         /* A child forked while attached must not write into the parent's
          * spool: control.c's handler disables it (or, with follow-fork,
          * gives it its own). Registered once: handlers cannot be removed. */
-        pthread_atfork(NULL, NULL, mlz__atfork_child);
+        pthread_atfork(mlz_modtab_fork_prepare, mlz_modtab_fork_parent, mlz__atfork_child);
         got_ready = 1;
     }
     if (inline_wanted) mlz_got_inline_prepare();   /* hooks[i].real becomes the trampoline */

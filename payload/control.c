@@ -12,6 +12,7 @@
  * leaks); shutdown = nothing tracked, spool sealed.
  */
 #include "payload.h"
+#include "modtab.h"
 
 #include <errno.h>
 
@@ -73,6 +74,7 @@ void mlz__shutdown(void)
  * from tracking either way (the child's map starts over). */
 void mlz__atfork_child(void)
 {
+    mlz_modtab_fork_child();   /* no walk of the modules until it is safe: core/modtab.c */
     int was_active = atomic_load(&mlz__g.active_alloc);
     atomic_store(&mlz__g.active_alloc, 0);
     atomic_store(&mlz__g.active_free, 0);
@@ -99,7 +101,7 @@ __attribute__((constructor)) static void payload_load(void)
     if (!&mlz__preload_build) return;
     int saved = errno;
     mlz__config_from_env();
-    pthread_atfork(NULL, NULL, mlz__atfork_child);
+    pthread_atfork(mlz_modtab_fork_prepare, mlz_modtab_fork_parent, mlz__atfork_child);
     if (!mlz__exec_choose_spool(0))            /* else a descendant not to follow */
         mlz__start();
     errno = saved;

@@ -37,6 +37,8 @@
 
 #if defined(__x86_64__)
 #include <cpuid.h>
+#include <dlfcn.h>
+#include <link.h>
 #endif
 #include <errno.h>
 #include <fcntl.h>
@@ -555,6 +557,17 @@ static void write_modules(uint64_t now_us)
         nlast = count;
     }
     modtab_gen = gen;
+}
+
+/* After a dlopen of the program returned handle h: if it loaded a module
+ * our table lacks, ld.so took the lock dl_iterate_phdr takes and let it go,
+ * so a fork child may walk the modules again (core/modtab.c). A dlopen of
+ * a library already loaded proves nothing: it does not take that lock. */
+void mlz__dlopen_seen(void *h)
+{
+    struct link_map *lm = NULL;
+    if (h && !dlinfo(h, RTLD_DI_LINKMAP, &lm) && lm && lm->l_ld && !mlz_modtab_find((uint64_t)(uintptr_t)lm->l_ld))
+        mlz_modtab_lock_seen();
 }
 
 /* After a dlopen, and around a dlclose: see mlz__dlclose_between. */

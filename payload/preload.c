@@ -147,7 +147,10 @@ MLZ_EXPORT void *dlopen(const char *file, int mode)
     const char *use = file && mlz_got_dlopen_path(file, __builtin_return_address(0), path, sizeof path) == 1 ? path : file;
     void *h = f(use, mode);
     int saved = errno;
-    if (h) mlz__modules_refresh();
+    if (h) {
+        mlz__dlopen_seen(h);
+        mlz__modules_refresh();
+    }
     errno = saved;
     return h;
 }
