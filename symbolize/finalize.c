@@ -197,7 +197,8 @@ typedef struct view {
     uint32_t seg;
     uint64_t from_us;            /* stacks allocated from then (to the next view's) */
     size_t *mods, nmods;         /* indices into fin.mods, no two overlapping */
-    symbolizer *sym;
+    int used;                    /* a stack was allocated in it */
+    symbolizer *sym;             /* for used views only */
 } view;
 
 static uint64_t gone_or_never(const raw_module *m) { return m->gone_us ? m->gone_us : UINT64_MAX; }
@@ -295,8 +296,13 @@ static int make_views(fin *f, view **out, size_t *nout)
         size_t k = first[st->seg];
         while (k + 1 < first[st->seg + 1] && v[k + 1].from_us <= st->t_us) k++;
         st->view = (uint32_t)k;
+        v[k].used = 1;
     }
+    /* A symbolizer opens every module of its view: only for the views a
+     * stack needs (a program that dlopens and dlcloses all the time has a
+     * view per unload, and finalize spent minutes opening files for them). */
     for (size_t k = 0; k < nv; k++) {
+        if (!v[k].used) continue;
         if (f->given && nv == 1) { v[k].sym = f->given; continue; }
         raw_module *mods = malloc((v[k].nmods ? v[k].nmods : 1) * sizeof *mods);
         if (!mods) goto fail;
