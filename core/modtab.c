@@ -20,9 +20,10 @@
  * lock that nobody will release. So a fork waits for our own walks to end,
  * and none starts until it is done (mlz_modtab_fork_prepare/_parent): the
  * program's child never inherits that lock from us. Our fork child cannot
- * know whether one of the program's threads was walking: it does not walk
- * (the table it inherited holds the same mappings) until the program shows
- * the lock free by a dlopen or dlclose that returned (mlz_modtab_lock_seen).
+ * know whether one of the program's threads was walking: if it profiles, it
+ * does not walk (the table it inherited holds the same mappings) until the
+ * program shows the lock free by a dlopen that loaded a library
+ * (mlz_modtab_lock_seen).
  */
 #include "modtab.h"
 
@@ -67,6 +68,13 @@ static _Atomic uint64_t g_asked, g_served;
  * its prepare and parent handlers, a fork child not walking yet. */
 static _Atomic int g_walkers, g_forking, g_walk_unsafe;
 
+static uint64_t mono_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
 /* 1 if this thread may walk the modules now (then walk_end after), else 0. */
 static int walk_begin(void)
 {
@@ -88,28 +96,27 @@ static void walk_end(void) { atomic_fetch_sub(&g_walkers, 1); }
 void mlz_modtab_fork_prepare(void)
 {
     atomic_store(&g_forking, 1);
-    struct timespec t0, t;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    uint64_t t0 = mono_ns();
     while (atomic_load(&g_walkers)) {
         sched_yield();
-        clock_gettime(CLOCK_MONOTONIC, &t);
-        if ((uint64_t)(t.tv_sec - t0.tv_sec) * 1000000000u + (uint64_t)t.tv_nsec - (uint64_t)t0.tv_nsec > FORK_WAIT_NS)
-            break;   /* a fork from a signal handler that interrupted our walk: let it go */
+        if (mono_ns() - t0 > FORK_WAIT_NS) break;   /* a fork from a signal handler that interrupted our walk */
     }
 }
 
 void mlz_modtab_fork_parent(void) { atomic_store(&g_forking, 0); }
 
-void mlz_modtab_fork_child(void)
+void mlz_modtab_fork_child(int profiled)
 {
     /* The only thread: whatever a parent thread held of ours is void. */
     atomic_store(&g_walkers, 0);
     atomic_store(&g_forking, 0);
-    atomic_store(&g_walk_unsafe, 1);
+    atomic_store(&g_walk_unsafe, profiled);
     atomic_flag_clear(&g_busy);
 }
 
 void mlz_modtab_lock_seen(void) { atomic_store(&g_walk_unsafe, 0); }
+
+int mlz_modtab_walk_unsafe(void) { return atomic_load_explicit(&g_walk_unsafe, memory_order_relaxed); }
 
 typedef struct fill_ctx {
     snap *s;                 /* NULL in the counting pass */
@@ -351,14 +358,21 @@ static snap *build_snapshot(void)
     return NULL;
 }
 
+/* How long a refresh waits for the running one (it is microseconds; longer
+ * only if its thread is descheduled, or stuck behind the loader's lock held
+ * by the very thread that waits, inside a dl_iterate_phdr callback). */
+#define REFRESH_WAIT_NS (20ull * 1000 * 1000)
+
 int mlz_modtab_refresh(void)
 {
-    uint64_t ticket = atomic_fetch_add(&g_asked, 1) + 1;
+    uint64_t ticket = atomic_fetch_add(&g_asked, 1) + 1, t0 = 0;
     for (;;) {
         if (!walk_begin()) return -EAGAIN;
         if (!atomic_flag_test_and_set_explicit(&g_busy, memory_order_acquire)) break;
         walk_end();
         if (atomic_load(&g_served) >= ticket) return 0;   /* one begun after the ask is out */
+        if (!t0) t0 = mono_ns();
+        else if (mono_ns() - t0 > REFRESH_WAIT_NS) return -EBUSY;
         sched_yield();
     }
     uint64_t covers = atomic_load(&g_asked);   /* every ask so far: the walk begins after them */

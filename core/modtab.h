@@ -59,10 +59,11 @@ void mlz__unwind_classify(mlz_module *m);
 /* Rebuild the snapshot with dl_iterate_phdr into fresh mmap'd memory and
  * publish it (release store); the previous one is retired, not unmapped.
  * Takes the loader lock: never call it on the sampling path or from a
- * signal handler. While another refresh runs, waits for one that began
- * after this call. Returns 0, -ENOMEM, or -EAGAIN when modules may not be
- * walked now (a fork is under way, or a fork child has not seen the loader
- * lock free: see the fork functions below); the snapshot stays as it was. */
+ * signal handler. While another refresh runs, waits (20 ms at most) for one
+ * that began after this call. Returns 0, -ENOMEM, -EBUSY (waited in vain),
+ * or -EAGAIN when modules may not be walked now (a fork is under way, or a
+ * fork child has not seen the loader lock free: see the fork functions
+ * below); the snapshot stays as it was. */
 int mlz_modtab_refresh(void);
 
 /* The module whose [start, end) holds pc in the current snapshot, or NULL
@@ -78,13 +79,15 @@ int mlz_modtab_changed(void);
 /* fork's atfork handlers: prepare waits for our walks of the modules to end
  * (at most 0.5 s) and holds new ones back, so the child never inherits the
  * lock dl_iterate_phdr takes from us (glibc resets ld.so's other locks in
- * the child, not that one); the child does not walk until
- * mlz_modtab_lock_seen, called after a dlopen or dlclose of the program
- * returned (both take that lock: it is free). */
+ * the child, not that one). A child that goes on profiling (profiled) does
+ * not walk until mlz_modtab_lock_seen, called after a dlopen of the program
+ * loaded a library (that took the lock: it is free); mlz_modtab_walk_unsafe
+ * says whether it is still waiting for that. */
 void mlz_modtab_fork_prepare(void);
 void mlz_modtab_fork_parent(void);
-void mlz_modtab_fork_child(void);
+void mlz_modtab_fork_child(int profiled);
 void mlz_modtab_lock_seen(void);
+int mlz_modtab_walk_unsafe(void);
 
 /* The current snapshot's modules, sorted by start, and their count; NULL and
  * 0 if there is none. *generation (may be NULL) grows by one per refresh, so a

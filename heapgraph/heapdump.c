@@ -453,20 +453,13 @@ static int read_roots(dump *d)
     return 0;
 }
 
-/* When memlyze-attach loaded the profiler into pid (its record, as the
- * process sees /tmp: injector/state.c), or 0: loaded at its start. */
+/* When memlyze-attach loaded the profiler into pid (its record), or 0:
+ * loaded at its start. */
 static long long attached_at(pid_t pid)
 {
-    char path[96], line[4200];
-    snprintf(path, sizeof path, "/proc/%d/root/tmp/memlyze-%d/state", (int)pid, (int)pid);
-    FILE *f = fopen(path, "r");
-    long long at = 0;
-    unsigned long long ticks = 0;
-    while (f && fgets(line, sizeof line, f)) {
-        if (!strncmp(line, "attached_at=", 12)) at = atoll(line + 12);
-        else if (!strncmp(line, "start_ticks=", 12)) ticks = strtoull(line + 12, NULL, 10);
-    }
-    if (f) fclose(f);
+    long long at;
+    unsigned long long ticks;
+    if (mlz_proc_attach_record(pid, pid, &at, &ticks)) return 0;
     return ticks && ticks == mlz_proc_start_ticks(pid) ? at : 0;
 }
 

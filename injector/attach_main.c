@@ -172,7 +172,7 @@ static int parse_args(int argc, char **argv, attach_args *a, int *exit_code)
         case O_MAX_LIVE: {
             unsigned long long n;
             if (parse_bytes(optarg, &n) || !(a->map_log2 = memlyze_map_log2_for(n)))
-                return *exit_code = die_usage("--max-live takes 1 to 134m"), -1;
+                return *exit_code = die_usage("--max-live takes 1 to 128m"), -1;
             break;
         }
         case O_HOOK:

@@ -156,16 +156,11 @@ typedef struct live_globals {
 
 /* Whether memlyze-attach's record (state) names another process than the
  * one now under pid: its start time differs (the pid was reused). */
-static int record_of_earlier(const char *state, pid_t pid)
+static int record_of_earlier(pid_t via, pid_t pid)
 {
-    FILE *f = fopen(state, "r");
-    char line[4200];
-    unsigned long long ticks = 0;
-    while (f && fgets(line, sizeof line, f))
-        if (!strncmp(line, "start_ticks=", 12)) ticks = strtoull(line + 12, NULL, 10);
-    if (f) fclose(f);
-    unsigned long long now = mlz_proc_start_ticks(pid);
-    return ticks && now && ticks != now;
+    long long at;
+    unsigned long long ticks = 0, now = mlz_proc_start_ticks(pid);
+    return !mlz_proc_attach_record(via, pid, &at, &ticks) && ticks && now && ticks != now;
 }
 
 /* Finds the payload in pid and copies its descriptor. 0, or the return
@@ -180,7 +175,7 @@ static int find_payload(pid_t pid, pid_t via, struct memlyze_info *in, char *err
          * exec drops it (a detached payload stays mapped, pass-through). */
         char state[128];
         snprintf(state, sizeof state, "/proc/%d/root/tmp/memlyze-%d/state", (int)via, (int)pid);
-        if (access(state, F_OK) == 0 && record_of_earlier(state, pid))
+        if (access(state, F_OK) == 0 && record_of_earlier(via, pid))
             return errbuf_set(err, errlen, "memlyze is not loaded in process %d; the memlyze record for pid %d is of an "
                         "earlier process that exited while attached (memlyze-detach %d writes its trace)",
                         (int)pid, (int)pid, (int)pid) - 1;

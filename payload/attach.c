@@ -82,14 +82,17 @@ static void *hook_dlopen(const char *file, int mode)
     void *caller = __builtin_return_address(0);
     void *(*real)(const char *, int) = (void *(*)(const char *, int))hooks[H_DLOPEN].real;
     if (atomic_load(&mlz__attached)) {
+        /* A fork child not walking the modules yet: see mlz__dlopen_through. */
+        void *before = NULL;
+        int probe = file && mlz_modtab_walk_unsafe();
+        if (probe && (before = real(file, RTLD_LAZY | RTLD_NOLOAD)))
+            ((int (*)(void *))hooks[H_DLCLOSE].real)(before);
         void *h = mlz_got_dlopen(file, mode, caller);
+        if (h && probe && !before) mlz_modtab_lock_seen();
         /* The new code may allocate at once: let the unwinder know it.
          * Unless a detach came while the real dlopen ran (its table is
          * gone: a refresh would map a new one nobody frees). */
-        if (h && atomic_load(&mlz__attached)) {
-            mlz__dlopen_seen(h);
-            mlz_modtab_refresh();
-        }
+        if (h && atomic_load(&mlz__attached)) mlz_modtab_refresh();
         return h;
     }
     char path[PATH_MAX];

@@ -74,8 +74,9 @@ void mlz__shutdown(void)
  * from tracking either way (the child's map starts over). */
 void mlz__atfork_child(void)
 {
-    mlz_modtab_fork_child();   /* no walk of the modules until it is safe: core/modtab.c */
     int was_active = atomic_load(&mlz__g.active_alloc);
+    /* A child profiled on does not walk the modules until it is safe (core/modtab.c). */
+    mlz_modtab_fork_child(was_active && mlz__g.follow_fork);
     atomic_store(&mlz__g.active_alloc, 0);
     atomic_store(&mlz__g.active_free, 0);
     mlz__drain_forget();

@@ -37,9 +37,8 @@
 
 #if defined(__x86_64__)
 #include <cpuid.h>
-#include <dlfcn.h>
-#include <link.h>
 #endif
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -559,15 +558,19 @@ static void write_modules(uint64_t now_us)
     modtab_gen = gen;
 }
 
-/* After a dlopen of the program returned handle h: if it loaded a module
- * our table lacks, ld.so took the lock dl_iterate_phdr takes and let it go,
- * so a fork child may walk the modules again (core/modtab.c). A dlopen of
- * a library already loaded proves nothing: it does not take that lock. */
-void mlz__dlopen_seen(void *h)
+/* A dlopen of the program, through the real open_fn and close_fn: in a
+ * fork child that may not walk the modules yet (core/modtab.c), a dlopen
+ * that loads a library which was not loaded before has taken and released
+ * the lock dl_iterate_phdr takes: the child may walk again. (A dlopen of a
+ * library already there takes no such lock: RTLD_NOLOAD asks first.) */
+void *mlz__dlopen_through(void *(*open_fn)(const char *, int), int (*close_fn)(void *), const char *file, int mode)
 {
-    struct link_map *lm = NULL;
-    if (h && !dlinfo(h, RTLD_DI_LINKMAP, &lm) && lm && lm->l_ld && !mlz_modtab_find((uint64_t)(uintptr_t)lm->l_ld))
-        mlz_modtab_lock_seen();
+    void *before = NULL;
+    int probe = file && close_fn && mlz_modtab_walk_unsafe();
+    if (probe && (before = open_fn(file, RTLD_LAZY | RTLD_NOLOAD))) close_fn(before);
+    void *h = open_fn(file, mode);
+    if (h && probe && !before) mlz_modtab_lock_seen();
+    return h;
 }
 
 /* After a dlopen, and around a dlclose: see mlz__dlclose_between. */

@@ -143,14 +143,14 @@ MLZ_EXPORT void *dlopen(const char *file, int mode)
     void *(*f)(const char *, int) = atomic_load(&real);
     if (!f) atomic_store(&real, f = (void *(*)(const char *, int))next_fn("dlopen"));
     if (!f) return NULL;
+    static int (*_Atomic real_close)(void *);
+    int (*c)(void *) = atomic_load(&real_close);
+    if (!c) atomic_store(&real_close, c = (int (*)(void *))next_fn("dlclose"));
     char path[PATH_MAX];
     const char *use = file && mlz_got_dlopen_path(file, __builtin_return_address(0), path, sizeof path) == 1 ? path : file;
-    void *h = f(use, mode);
+    void *h = mlz__dlopen_through(f, c, use, mode);
     int saved = errno;
-    if (h) {
-        mlz__dlopen_seen(h);
-        mlz__modules_refresh();
-    }
+    if (h) mlz__modules_refresh();
     errno = saved;
     return h;
 }

@@ -45,6 +45,12 @@ const char *mlz_proc_stat_fields(pid_t pid, pid_t tid, char *buf, size_t cap);
 /* The process's start time (clock ticks since boot; 0 if gone): with the
  * pid, it names one process, never a later one given the same pid. */
 unsigned long long mlz_proc_start_ticks(pid_t pid);
+/* memlyze-attach's record of process pid (injector/state.c), as the
+ * process sees /tmp, read through via (a live thread of it): 0 with
+ * *attached_at (unix seconds) and *start_ticks, or -1 if there is none. The
+ * file lies in the target's /tmp: a FIFO, a symlink or a device there is no
+ * record (never waited on, never followed), and at most 8 KiB are read. */
+int mlz_proc_attach_record(pid_t via, pid_t pid, long long *attached_at, unsigned long long *start_ticks);
 /* The thread to read a process through: pid itself while its main thread
  * lives; once that one has exited (pthread_exit in main, the others running
  * on) /proc/PID/maps is empty and reads through pid fail, so a thread still

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 const char *mlz_proc_stat_fields(pid_t pid, pid_t tid, char *buf, size_t cap)
@@ -88,4 +89,24 @@ static int exiting_thread(pid_t pid, pid_t tid, void *arg)
 int mlz_proc_exiting(pid_t pid)
 {
     return exiting_thread(pid, pid, NULL) || mlz_proc_task_find(pid, exiting_thread, NULL) != 0;
+}
+
+int mlz_proc_attach_record(pid_t via, pid_t pid, long long *attached_at, unsigned long long *start_ticks)
+{
+    char path[96], buf[8192];
+    snprintf(path, sizeof path, "/proc/%d/root/tmp/memlyze-%d/state", (int)via, (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW);
+    struct stat st;
+    if (fd < 0) return -1;
+    ssize_t n = !fstat(fd, &st) && S_ISREG(st.st_mode) ? read(fd, buf, sizeof buf - 1) : -1;
+    close(fd);
+    if (n < 0) return -1;
+    buf[n] = 0;
+    *attached_at = 0;
+    *start_ticks = 0;
+    for (char *line = buf; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
+        if (!strncmp(line, "attached_at=", 12)) *attached_at = atoll(line + 12);
+        else if (!strncmp(line, "start_ticks=", 12)) *start_ticks = strtoull(line + 12, NULL, 10);
+    }
+    return 0;
 }

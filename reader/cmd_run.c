@@ -475,7 +475,7 @@ static int run(int argc, char **argv)
         case 'M': {
             int64_t n = mlz_size_parse(optarg);
             unsigned l = n > 0 ? memlyze_map_log2_for((unsigned long long)n) : 0;
-            if (!l) return cli_usage_error(&cmd_run, "--max-live takes 1 to 134m");
+            if (!l) return cli_usage_error(&cmd_run, "--max-live takes 1 to 128m");
             snprintf(map_log2, sizeof map_log2, "%u", l);
             break;
         }

@@ -27,8 +27,12 @@
 #define ELFCOMPRESS_ZLIB 1
 #endif
 
-/* Larger inflated sections are taken for corruption (libc's biggest: 6 MB). */
+/* Larger inflated sections are taken for corruption (libc's biggest: 6 MB),
+ * as are sections that claim more than deflate can give (1032:1 at best),
+ * and files that would inflate beyond 8 GiB in all. */
 #define INFLATED_MAX (1ull << 30)
+#define DEFLATE_RATIO_MAX 1032
+#define TOTAL_MAX (8ull << 30)
 
 static uint64_t align16(uint64_t v) { return (v + 15) & ~(uint64_t)15; }
 
@@ -52,7 +56,8 @@ static const Elf64_Chdr *zlib_section(const uint8_t *f, uint64_t size, const Elf
         size - s->sh_offset < s->sh_size || s->sh_size < sizeof(Elf64_Chdr) || s->sh_offset % 8)
         return NULL;
     const Elf64_Chdr *c = (const Elf64_Chdr *)(f + s->sh_offset);
-    return c->ch_type == ELFCOMPRESS_ZLIB && c->ch_size <= INFLATED_MAX ? c : NULL;
+    return c->ch_type == ELFCOMPRESS_ZLIB && c->ch_size <= INFLATED_MAX &&
+           c->ch_size <= (s->sh_size - sizeof *c) * DEFLATE_RATIO_MAX + 64 ? c : NULL;
 }
 
 /* Writes f to the memfd but for the compressed bytes of the sections we
@@ -93,6 +98,11 @@ static int build_image(const uint8_t *f, uint64_t size, int mfd, uint64_t head, 
         const Elf64_Chdr *c = zlib_section(f, size, &sh[i]);
         if (!c) continue;
         size_t got = 0;
+        /* The file may have changed since total was added up: stay inside. */
+        if (c->ch_size > total - at) {
+            rc = -1;
+            break;
+        }
         if (libdeflate_zlib_decompress(d, c + 1, sh[i].sh_size - sizeof *c, tail + (at - head), c->ch_size, &got) !=
                 LIBDEFLATE_SUCCESS || got != c->ch_size) {
             rc = -1;
@@ -124,7 +134,7 @@ int sym_debug_inflated(int fd)
         const Elf64_Chdr *c = zlib_section(f, size, &sh[i]);
         if (c) total += align16(c->ch_size);
     }
-    int mfd = total > head ? memfd_create("memlyze-debuginfo", MFD_CLOEXEC) : -1;
+    int mfd = total > head && total - head <= TOTAL_MAX ? memfd_create("memlyze-debuginfo", MFD_CLOEXEC) : -1;
     int ok = mfd >= 0 && ftruncate(mfd, (off_t)total) == 0 && build_image(f, size, mfd, head, total) == 0;
     munmap((void *)f, size);
     if (!ok) {

@@ -25,7 +25,7 @@ out=$("$MEMLYZE" run -r 1 --max-live 6000 -o "$T/big.mlyze" -- "$T/linecmd" < "$
 check "run --max-live 6000: nothing lost" bash -c "! grep -q 'events lost' <<<\"\$0\"" "$out"
 check "... every object of the site recorded (5000)" test "$(site "$T/big.mlyze")" = 5000
 check "run --max-live 0 and 300m: refused" bash -c "! '$MEMLYZE' run --max-live 0 -- true 2>/dev/null &&
-    '$MEMLYZE' run --max-live 300m -- true 2>&1 | grep -q -- '--max-live takes 1 to 134m'"
+    '$MEMLYZE' run --max-live 300m -- true 2>&1 | grep -q -- '--max-live takes 1 to 128m'"
 
 # memlyze-attach: the same through the payload's config.
 talk_start "$T/linecmd"
@@ -45,5 +45,5 @@ check "attached, map full: detach's loss line names --max-live" \
     bash -c "grep -q 'found the heap map full (2048 slots)' <<<\"\$0\"" "$out"
 talk_end
 cleanup_state "$pid"
-check "memlyze-attach --max-live 0: refused" bash -c "'$B/bin/memlyze-attach' --max-live 0 1 2>&1 | grep -q -- '--max-live takes 1 to 134m'"
+check "memlyze-attach --max-live 0: refused" bash -c "'$B/bin/memlyze-attach' --max-live 0 1 2>&1 | grep -q -- '--max-live takes 1 to 128m'"
 finish
