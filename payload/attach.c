@@ -82,13 +82,9 @@ static void *hook_dlopen(const char *file, int mode)
     void *caller = __builtin_return_address(0);
     void *(*real)(const char *, int) = (void *(*)(const char *, int))hooks[H_DLOPEN].real;
     if (atomic_load(&mlz__attached)) {
-        /* A fork child not walking the modules yet: see mlz__dlopen_through. */
-        void *before = NULL;
-        int probe = file && mlz_modtab_walk_unsafe();
-        if (probe && (before = real(file, RTLD_LAZY | RTLD_NOLOAD)))
-            ((int (*)(void *))hooks[H_DLCLOSE].real)(before);
+        int fresh = mlz__dlopen_loads_new(real, (int (*)(void *))hooks[H_DLCLOSE].real, file);
         void *h = mlz_got_dlopen(file, mode, caller);
-        if (h && probe && !before) mlz_modtab_lock_seen();
+        if (h && fresh) mlz_modtab_lock_seen();
         /* The new code may allocate at once: let the unwinder know it.
          * Unless a detach came while the real dlopen ran (its table is
          * gone: a refresh would map a new one nobody frees). */

@@ -558,19 +558,18 @@ static void write_modules(uint64_t now_us)
     modtab_gen = gen;
 }
 
-/* A dlopen of the program, through the real open_fn and close_fn: in a
- * fork child that may not walk the modules yet (core/modtab.c), a dlopen
- * that loads a library which was not loaded before has taken and released
- * the lock dl_iterate_phdr takes: the child may walk again. (A dlopen of a
- * library already there takes no such lock: RTLD_NOLOAD asks first.) */
-void *mlz__dlopen_through(void *(*open_fn)(const char *, int), int (*close_fn)(void *), const char *file, int mode)
+/* Before a dlopen of the program (the real open_fn and close_fn): 1 if
+ * this is a fork child that may not walk the modules yet (core/modtab.c)
+ * and file is not loaded. A dlopen that then succeeds loaded it, so it took
+ * and released the lock dl_iterate_phdr takes: the caller may call
+ * mlz_modtab_lock_seen. (A dlopen of a library already there takes no such
+ * lock: RTLD_NOLOAD asks first.) */
+int mlz__dlopen_loads_new(void *(*open_fn)(const char *, int), int (*close_fn)(void *), const char *file)
 {
-    void *before = NULL;
-    int probe = file && close_fn && mlz_modtab_walk_unsafe();
-    if (probe && (before = open_fn(file, RTLD_LAZY | RTLD_NOLOAD))) close_fn(before);
-    void *h = open_fn(file, mode);
-    if (h && probe && !before) mlz_modtab_lock_seen();
-    return h;
+    if (!file || !close_fn || !mlz_modtab_walk_unsafe()) return 0;
+    void *before = open_fn(file, RTLD_LAZY | RTLD_NOLOAD);
+    if (before) close_fn(before);
+    return !before;
 }
 
 /* After a dlopen, and around a dlclose: see mlz__dlclose_between. */

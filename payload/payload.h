@@ -244,7 +244,7 @@ void mlz__drain_release(void);       /* unmaps the rings (detach, quiescent) */
 /* The module map retaken after a dlopen, and around a dlclose (both
  * fronts): see events.c. */
 void mlz__modules_refresh(void);
-void *mlz__dlopen_through(void *(*open_fn)(const char *, int), int (*close_fn)(void *), const char *file, int mode);
+int mlz__dlopen_loads_new(void *(*open_fn)(const char *, int), int (*close_fn)(void *), const char *file);
 int  mlz__dlclose_between(int (*close)(void *), void *handle);
 mlz_unwind_cache *mlz__unwind_cache(mlz_ring *r);   /* the ring's thread's, or NULL */
 /* Per-thread counters, kept in the thread's ring so no line shared by

@@ -12,6 +12,7 @@
  * and a branch there cost 2-3% of a malloc/free pair).
  */
 #include "payload.h"
+#include "modtab.h"
 #include "gotpatch.h"
 
 #include <dlfcn.h>
@@ -148,7 +149,9 @@ MLZ_EXPORT void *dlopen(const char *file, int mode)
     if (!c) atomic_store(&real_close, c = (int (*)(void *))next_fn("dlclose"));
     char path[PATH_MAX];
     const char *use = file && mlz_got_dlopen_path(file, __builtin_return_address(0), path, sizeof path) == 1 ? path : file;
-    void *h = mlz__dlopen_through(f, c, use, mode);
+    int fresh = mlz__dlopen_loads_new(f, c, use);
+    void *h = f(use, mode);
+    if (h && fresh) mlz_modtab_lock_seen();
     int saved = errno;
     if (h) mlz__modules_refresh();
     errno = saved;

@@ -315,17 +315,23 @@ int mlz_proc_cave(pid_t pid, const mlz_proc_module *m, uint64_t *addr, size_t *l
     return 0;
 }
 
-int mlz_proc_debug_file(const mlz_proc_module *m, char *path, size_t cap)
+int mlz_proc_build_id_path(const uint8_t *b, size_t n, char *path, size_t cap)
 {
-    const uint8_t *b = m->build_id;
-    size_t n = m->build_id_len;
     if (cap) path[0] = 0;
-    if (n < 2 || n * 2 + 40 >= cap) return mlz__proc_fail(MLZ_PROC_ENOENT, "%s: no build id", m->path);
+    if (n < 2 || n * 2 + 40 >= cap) return -1;
     const char *dir = getenv("MEMLYZE_DEBUG_DIR");     /* tests: another place, or none */
     int k = snprintf(path, cap, "%s/.build-id/%02x/", dir ? dir : "/usr/lib/debug", b[0]);
     for (size_t i = 1; i < n && k > 0 && (size_t)k < cap; i++) k += snprintf(path + k, cap - (size_t)k, "%02x", b[i]);
-    if (k <= 0 || (size_t)k >= cap) { path[0] = 0; return mlz__proc_fail(MLZ_PROC_ENOENT, "debug path too long"); }
+    if (k <= 0 || (size_t)k + 7 > cap) { path[0] = 0; return -1; }
     snprintf(path + k, cap - (size_t)k, ".debug");
+    return 0;
+}
+
+int mlz_proc_debug_file(const mlz_proc_module *m, char *path, size_t cap)
+{
+    if (m->build_id_len < 2) return mlz__proc_fail(MLZ_PROC_ENOENT, "%s: no build id", m->path);
+    if (mlz_proc_build_id_path(m->build_id, m->build_id_len, path, cap))
+        return mlz__proc_fail(MLZ_PROC_ENOENT, "debug path too long");
     if (access(path, R_OK)) {
         int e = errno;
         mlz__proc_fail(MLZ_PROC_ENOENT, "%s: no debug file %s: %s", m->path, path, strerror(e));

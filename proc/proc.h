@@ -119,6 +119,10 @@ int  mlz_proc_cave(pid_t pid, const mlz_proc_module *m, uint64_t *addr, size_t *
 /* The separate debug file of a loaded module by build id
  * ($MEMLYZE_DEBUG_DIR or /usr/lib/debug)/.build-id/xx/yyyy.debug): 0 when
  * it is installed, else MLZ_PROC_ENOENT. */
+/* /usr/lib/debug/.build-id/xx/rest.debug of build id b (n bytes; the
+ * directory $MEMLYZE_DEBUG_DIR for tests), whether it exists or not: 0, or
+ * -1 if n < 2 or it does not fit cap. */
+int  mlz_proc_build_id_path(const uint8_t *b, size_t n, char *path, size_t cap);
 int  mlz_proc_debug_file(const mlz_proc_module *m, char *path, size_t cap);
 
 /* ---- payload.c: the memlyze payload in a process */

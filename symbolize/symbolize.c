@@ -13,6 +13,7 @@
  */
 #include "symbolize.h"
 #include "debugfile.h"
+#include "proc.h"
 
 #include <elfutils/libdw.h>
 #include <elfutils/libdwfl.h>
@@ -75,14 +76,8 @@ static int find_debuginfo(Dwfl_Module *mod, void **userdata, const char *modname
     const unsigned char *id;
     GElf_Addr vaddr;
     int n = debuglink_file && !debuglink_crc ? 0 : dwfl_module_build_id(mod, &id, &vaddr);
-    if (n >= 2 && n <= 64) {
-        char path[64 + 2 * 64] = "/usr/lib/debug/.build-id/", *p = path + strlen(path);
-        for (int i = 0; i < n; i++) {
-            *p++ = hexdigit(id[i] >> 4);
-            *p++ = hexdigit(id[i]);
-            if (i == 0) *p++ = '/';
-        }
-        strcpy(p, ".debug");
+    char path[PATH_MAX];
+    if (n > 0 && !mlz_proc_build_id_path(id, (size_t)n, path, sizeof path)) {
         int fd = open(path, O_RDONLY | O_CLOEXEC);
         if (fd >= 0 && (*debuginfo_file_name = strdup(path))) return sym_debug_inflated(fd);
         if (fd >= 0) close(fd);
